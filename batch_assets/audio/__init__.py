@@ -1,0 +1,1 @@
+"""Audio probing and decoding to the pipeline's one format: 16 kHz mono float32."""

@@ -1,0 +1,1 @@
+"""The GPU section: VAD -> diarization -> ASR for each flight, inside one resource-locked section."""

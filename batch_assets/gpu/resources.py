@@ -1,0 +1,115 @@
+"""The GPU resource: models loaded once per process, the device, and the cross-process section lock.
+
+Models are cached per process (keyed by what defines them), so several partitions processed in one run
+(a backfill with a BackfillPolicy) load them once. A decoder-mode mismatch quarantines the process:
+every later request for the section is refused, because a worker whose decoder changed behind its back
+can no longer be trusted to produce results identical to the baseline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterator
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
+from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+
+
+class QuarantinedError(RuntimeError):
+    """This worker process was quarantined and refuses GPU work."""
+
+
+@dataclasses.dataclass
+class LoadedModels:
+    device: object
+    asr: object
+    diarization: object  # ReusingSpeakerDiarization
+    load_seconds: float
+    segmentation_forwards: list[int]  # a counter the forward hook increments
+
+
+_LOADED: dict[tuple, LoadedModels] = {}
+_QUARANTINE: list[str] = []
+
+
+def quarantine(reason: str) -> None:
+    _QUARANTINE.append(reason)
+
+
+def quarantine_reason() -> str | None:
+    return _QUARANTINE[0] if _QUARANTINE else None
+
+
+class GpuResource(dg.ConfigurableResource):
+    """Models and device for the GPU section."""
+
+    asr_model: str = Field(
+        default=os.environ.get("BATCH_ASSETS_ASR_MODEL", TINY_TDT),
+        description="NeMo TDT model: a name (nvidia/parakeet-tdt-0.6b-v2), a .nemo path, or builtin:tiny-tdt",
+    )
+    diarization_pipeline: str = Field(
+        default=os.environ.get("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION),
+        description="pyannote pipeline: a name (pyannote/speaker-diarization-community-1), a folder, or builtin:tiny-diarization",
+    )
+    device: str = Field(default=os.environ.get("BATCH_ASSETS_DEVICE", "auto"), description="'auto', 'cpu', 'cuda' or 'cuda:N'")
+    segmentation_batch_size: int = Field(default=32, description="Shared by VAD and diarization so scores are identical")
+    embedding_batch_size: int = Field(default=32)
+    asr_batch_size: int = Field(default=16)
+    lock_dir: str = Field(default=DEFAULT_LOCK_DIR, description="Folder of the per-device section locks")
+    torch_threads: int = Field(default=int(os.environ.get("BATCH_ASSETS_TORCH_THREADS", "0")), description="0 = torch default")
+
+    _models: LoadedModels | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._models = self._load(context.log)
+
+    def _resolve_device(self):
+        import torch
+
+        if self.torch_threads > 0:
+            torch.set_num_threads(self.torch_threads)
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def _load(self, log) -> LoadedModels:
+        device = self._resolve_device()
+        key = (self.asr_model, self.diarization_pipeline, str(device), self.segmentation_batch_size, self.embedding_batch_size)
+        if key in _LOADED:
+            return _LOADED[key]
+        from batch_assets.gpu.diarization import make_reusing
+        from batch_assets.models.loaders import load_asr_model, load_diarization_pipeline
+
+        started = time.perf_counter()
+        asr = load_asr_model(self.asr_model, device)
+        pipeline = make_reusing(
+            load_diarization_pipeline(self.diarization_pipeline, device, self.segmentation_batch_size, self.embedding_batch_size)
+        )
+        forwards = [0]
+        pipeline._segmentation.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+        loaded = LoadedModels(device, asr, pipeline, time.perf_counter() - started, forwards)
+        if log:
+            log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in {loaded.load_seconds:.1f} s")
+        _LOADED[key] = loaded
+        return loaded
+
+    @property
+    def models(self) -> LoadedModels:
+        if self._models is None:
+            self._models = self._load(None)
+        return self._models
+
+    @contextlib.contextmanager
+    def section(self) -> Iterator[float]:
+        """The resource-locked GPU section; yields seconds waited for the lock."""
+        reason = quarantine_reason()
+        if reason:
+            raise QuarantinedError(f"this worker is quarantined and refuses GPU work: {reason}")
+        with device_section(self.lock_dir, str(self.models.device)) as waited:
+            yield waited

@@ -1,0 +1,125 @@
+"""What happens to one flight inside the GPU section: VAD -> diarization -> ASR -> speaker attribution.
+
+Each unit is processed on its own slice of the flight's audio. A unit with no speech is `silent` and
+gets no words, by construction. An exception in one unit marks that unit `failed` with the reason and
+the flight goes on: one bad unit never fails a partition. Decoder-mode mismatches are not unit
+failures: they propagate, and the caller quarantines the worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+
+import numpy as np
+
+from batch_assets.gpu.asr import DecoderModeError, Segment, Word, check_decoder_mode, speech_segments, transcribe_segments
+from batch_assets.gpu.attribution import attribute_speakers
+from batch_assets.gpu.diarization import DiarizationResult, diarize
+from batch_assets.gpu.vad import VadResult, run_vad
+from batch_assets.results import ResultClass
+
+SAMPLE_RATE = 16_000
+
+
+@dataclasses.dataclass
+class UnitOutcome:
+    unit_id: str
+    flight_id: str
+    duration_s: float
+    result_class: ResultClass
+    reason: str = ""
+    vad: VadResult | None = None
+    diarization: DiarizationResult | None = None
+    words: list[tuple[Word, str | None]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SectionStats:
+    seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    decoder_modes: set = dataclasses.field(default_factory=set)
+    segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+def _timed(stats: SectionStats, stage: str):
+    class _Timer:
+        def __enter__(self):
+            self.started = time.perf_counter()
+
+        def __exit__(self, *exc):
+            stats.seconds[stage] += time.perf_counter() - self.started
+            return False
+
+    return _Timer()
+
+
+def process_flight(
+    models,
+    flight_id: str,
+    audio: np.ndarray,
+    units: list[dict],
+    reuse_segmentation: bool,
+    cuda_graphs: bool,
+    asr_batch_size: int,
+    stats: SectionStats,
+) -> list[UnitOutcome]:
+    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples)."""
+    outcomes: dict[str, UnitOutcome] = {}
+    waveforms: dict[str, np.ndarray] = {}
+    for unit in units:
+        uid = unit["unit_id"]
+        waveform = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
+        outcome = UnitOutcome(uid, flight_id, len(waveform) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
+        outcomes[uid] = outcome
+        try:
+            with _timed(stats, "vad"):
+                outcome.vad = run_vad(models.diarization, waveform, uid)
+            if not outcome.vad.regions:
+                outcome.result_class, outcome.reason = ResultClass.SILENT, "no speech detected by VAD"
+                continue
+            with _timed(stats, "diarization"):
+                outcome.diarization = diarize(
+                    models.diarization, waveform, uid, outcome.vad.scores if reuse_segmentation else None
+                )
+            stats.segmentation_reuse[outcome.diarization.reuse] += 1
+            waveforms[uid] = waveform
+        except Exception as error:  # one unit's failure is that unit's result
+            outcome.result_class, outcome.reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
+
+    segments: list[Segment] = []
+    for uid in waveforms:
+        outcome = outcomes[uid]
+        segments.extend(speech_segments(uid, outcome.vad.regions, outcome.duration_s))
+    with _timed(stats, "asr"):
+        stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "before"))
+        try:
+            words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
+        except DecoderModeError:
+            raise
+        except Exception as error:  # the batch failed: retry unit by unit so one bad unit stays one
+            words = []
+            for uid in waveforms:
+                try:
+                    words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid], asr_batch_size))
+                except Exception as unit_error:
+                    outcomes[uid].result_class = ResultClass.FAILED
+                    outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
+            stats.seconds["asr_batch_failures"] += 1
+            del error
+        stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
+
+    by_unit: dict[str, list[Word]] = collections.defaultdict(list)
+    for word in words:
+        by_unit[word.unit_id].append(word)
+    for uid, unit_words in by_unit.items():
+        outcome = outcomes[uid]
+        if outcome.result_class is not ResultClass.TRANSCRIBED:
+            continue
+        speakers = attribute_speakers(
+            np.array([w.start_s for w in unit_words]),
+            np.array([w.end_s for w in unit_words]),
+            outcome.diarization.exclusive_turns or outcome.diarization.turns,
+        )
+        outcome.words = list(zip(unit_words, speakers, strict=True))
+    return list(outcomes.values())

@@ -1,0 +1,103 @@
+"""Turn the section's per-unit outcomes into the three assets' parquet tables (schemas documented in README)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from batch_assets.gpu.section import UnitOutcome
+from batch_assets.results import ResultClass
+
+VAD_UNITS_SCHEMA = {
+    "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "speech_s": pl.Float64,
+    "num_regions": pl.Int64, "num_chunks": pl.Int64, "frames_per_chunk": pl.Int64, "local_speakers": pl.Int64,
+    "chunk_duration_s": pl.Float64, "chunk_step_s": pl.Float64, "scores_uri": pl.String,
+}
+REGIONS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64}
+TURNS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "speaker": pl.String, "exclusive": pl.Boolean}
+SPEAKERS_SCHEMA = {
+    "unit_id": pl.String, "speaker": pl.String, "speech_s": pl.Float64, "embedding": pl.List(pl.Float32),
+    "segmentation": pl.String,
+}
+TRANSCRIPT_UNITS_SCHEMA = {
+    "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
+    "duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+}
+WORDS_SCHEMA = {
+    "unit_id": pl.String, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64, "word": pl.String,
+    "speaker": pl.String,
+}
+
+
+def vad_tables(outcomes: list[UnitOutcome], write_scores) -> tuple[pl.DataFrame, pl.DataFrame]:
+    units, regions = [], []
+    for o in outcomes:
+        if o.vad is None:
+            continue
+        scores = o.vad.scores
+        window = scores.sliding_window
+        units.append({
+            "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s, "speech_s": o.vad.speech_s,
+            "num_regions": len(o.vad.regions), "num_chunks": scores.data.shape[0], "frames_per_chunk": scores.data.shape[1],
+            "local_speakers": scores.data.shape[2], "chunk_duration_s": float(window.duration),
+            "chunk_step_s": float(window.step), "scores_uri": write_scores(o.unit_id, np.asarray(scores.data, dtype=np.float32)),
+        })
+        regions.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e} for s, e in o.vad.regions)
+    return pl.DataFrame(units, schema=VAD_UNITS_SCHEMA), pl.DataFrame(regions, schema=REGIONS_SCHEMA)
+
+
+def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    turns, speakers = [], []
+    for o in outcomes:
+        d = o.diarization
+        if d is None:
+            continue
+        for exclusive, source in ((False, d.turns), (True, d.exclusive_turns)):
+            turns.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e, "speaker": label, "exclusive": exclusive} for s, e, label in source)
+        for label in sorted({t[2] for t in d.turns}):
+            speech = sum(e - s for s, e, lab in d.turns if lab == label)
+            embedding = d.embeddings.get(label)
+            speakers.append({
+                "unit_id": o.unit_id, "speaker": label, "speech_s": speech,
+                "embedding": None if embedding is None else embedding.tolist(), "segmentation": d.reuse,
+            })
+    return pl.DataFrame(turns, schema=TURNS_SCHEMA), pl.DataFrame(speakers, schema=SPEAKERS_SCHEMA)
+
+
+def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every manifest unit appears exactly once, with its final class: ingest's, prepare's, or the section's."""
+    by_unit = {o.unit_id: o for o in outcomes}
+    planned = {row["unit_id"]: row for row in plan.iter_rows(named=True)}
+    units, words = [], []
+    for row in manifest.iter_rows(named=True):
+        uid = row["unit_id"]
+        base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
+                "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
+        if row["result_class"] != ResultClass.OK:
+            units.append(base | {"result_class": row["result_class"], "reason": row["reason"]})
+            continue
+        plan_row = planned.get(uid)
+        if plan_row is None or plan_row["result_class"] != ResultClass.OK:
+            reason = plan_row["reason"] if plan_row else "missing from the flight plan"
+            units.append(base | {"result_class": plan_row["result_class"] if plan_row else str(ResultClass.FAILED), "reason": reason})
+            continue
+        o = by_unit.get(uid)
+        if o is None:
+            units.append(base | {"result_class": str(ResultClass.FAILED), "reason": "not processed by the GPU section"})
+            continue
+        unit_words = [w for w, _ in o.words] if o.result_class is ResultClass.TRANSCRIBED else []
+        units.append(base | {
+            "duration_s": o.duration_s, "result_class": str(o.result_class), "reason": o.reason,
+            "speech_s": o.vad.speech_s if o.vad else None,
+            "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
+            "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
+        })
+        if o.result_class is ResultClass.TRANSCRIBED:
+            words.extend(
+                {"unit_id": uid, "word_index": i, "start_s": w.start_s, "end_s": w.end_s, "word": w.word, "speaker": spk}
+                for i, (w, spk) in enumerate(o.words)
+            )
+    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)

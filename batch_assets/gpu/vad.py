@@ -1,0 +1,57 @@
+"""Voice activity detection from the pyannote segmentation model's raw scores.
+
+The raw scores are exactly what the diarization pipeline's own segmentation step produces (same
+`Inference` object: same model, window, step and batch size), so they can be handed to diarization
+unchanged. Speech regions are derived from them the way pyannote's `VoiceActivityDetection` pipeline
+does for a powerset model: max over local speakers, overlap-add aggregation with a Hamming window,
+then binarisation at 0.5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+SAMPLE_RATE = 16_000
+
+
+@dataclasses.dataclass
+class VadResult:
+    scores: object  # SlidingWindowFeature (num_chunks, frames_per_chunk, local_speakers)
+    regions: list[tuple[float, float]]
+
+    @property
+    def speech_s(self) -> float:
+        return float(sum(end - start for start, end in self.regions))
+
+
+def as_pyannote_file(waveform: np.ndarray, uri: str) -> dict:
+    import torch
+
+    return {"waveform": torch.from_numpy(np.ascontiguousarray(waveform))[None], "sample_rate": SAMPLE_RATE, "uri": uri}
+
+
+def speech_regions(segmentation_inference, scores, duration_s: float) -> list[tuple[float, float]]:
+    from pyannote.audio.core.inference import Inference
+    from pyannote.audio.utils.signal import Binarize
+    from pyannote.core import Segment, SlidingWindowFeature
+
+    speech = SlidingWindowFeature(np.max(scores.data, axis=-1, keepdims=True), scores.sliding_window)
+    aggregated = Inference.aggregate(
+        speech,
+        segmentation_inference.model.receptive_field,
+        warm_up=segmentation_inference.warm_up,
+        hamming=True,
+        missing=0.0,
+    )
+    aggregated.data = aggregated.crop(Segment(0.0, duration_s), mode="loose")
+    binarize = Binarize(onset=0.5, offset=0.5, min_duration_on=0.0, min_duration_off=0.0)
+    timeline = binarize(aggregated).get_timeline().support()
+    return [(max(0.0, s.start), min(duration_s, s.end)) for s in timeline if s.end > s.start]
+
+
+def run_vad(pipeline, waveform: np.ndarray, uri: str) -> VadResult:
+    inference = pipeline._segmentation  # the diarization pipeline's own segmentation step
+    scores = inference(as_pyannote_file(waveform, uri))
+    return VadResult(scores=scores, regions=speech_regions(inference, scores, len(waveform) / SAMPLE_RATE))

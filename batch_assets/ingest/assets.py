@@ -1,0 +1,111 @@
+"""`fetched_audio` and `prepared_flights`: the data plane that feeds the GPU section.
+
+Both write their tables under `{storage_url}/{asset}/{partition}/` (replacing the partition's previous
+outputs, so reruns are idempotent) and return only metadata: audio never travels through an IO manager.
+"""
+
+import collections
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
+from batch_assets.ingest.manifest import build_manifest
+from batch_assets.ingest.prepare import prepare_flights
+from batch_assets.partitions import daily_partitions
+from batch_assets.storage import StorageResource
+
+GROUP = "ingest"
+
+
+class FetchConfig(dg.Config):
+    max_unit_seconds: float = Field(default=7200.0, description="Group limit: longer units are classed too_long")
+    fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
+
+
+class PrepareConfig(dg.Config):
+    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Audio seconds per flight (shared decode budget)")
+    max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
+    decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
+
+
+def class_counts(frame: pl.DataFrame) -> dict[str, int]:
+    return dict(sorted(collections.Counter(frame["result_class"].to_list()).items()))
+
+
+def table_schema(schema: dict[str, pl.DataType]) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name=GROUP,
+    kinds={"python", "s3"},
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
+)
+def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource) -> dg.MaterializeResult:
+    """The partition's manifest: every audio object under `{source}/{partition}/`, once, with a result class.
+
+    Listed recursively and sorted; each object is fetched (with retries), checksummed and probed for
+    rate, channels and duration. Bad objects get a class and a reason instead of failing the partition.
+    """
+    partition = context.partition_key
+    fs, path = storage.filesystem(storage.source_partition_url(partition))
+    manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency)
+    storage.clear_partition("fetched_audio", partition)
+    uri = storage.write_parquet(manifest, "fetched_audio", partition, "manifest")
+    ok = manifest.filter(pl.col("result_class") == "ok")
+    return dg.MaterializeResult(
+        metadata={
+            "units": len(manifest),
+            "units_by_class": class_counts(manifest),
+            "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
+            "non_audio_objects_skipped": skipped,
+            "manifest": dg.MetadataValue.path(uri),
+            "dagster/column_schema": table_schema(dict(manifest.schema)),
+            "dagster/row_count": len(manifest),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name=GROUP,
+    deps=[fetched_audio],
+    kinds={"python", "numpy"},
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
+)
+def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource) -> dg.MaterializeResult:
+    """The `ok` units decoded to 16 kHz mono float32 and packed into flights under the decode budget.
+
+    Writes one `.npy` per flight plus the flight plan (`plan.parquet`: each unit's flight, offset and
+    length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
+    budget whatever the size of the partition.
+    """
+    partition = context.partition_key
+    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    storage.clear_partition("prepared_flights", partition)
+    plan, flights = prepare_flights(
+        manifest,
+        source_path_of=storage.filesystem,
+        write_flight=lambda flight_id, audio: storage.write_array(audio, "prepared_flights", partition, f"audio/{flight_id}"),
+        budget_s=config.decode_budget_seconds,
+        max_units=config.max_units_per_flight,
+        concurrency=config.decode_concurrency,
+        log=context.log.info,
+    )
+    plan_uri = storage.write_parquet(plan, "prepared_flights", partition, "plan")
+    storage.write_parquet(flights, "prepared_flights", partition, "flights")
+    return dg.MaterializeResult(
+        metadata={
+            "flights": len(flights),
+            "units_planned": len(plan),
+            "units_by_class": class_counts(plan) if len(plan) else {},
+            "audio_hours": round(float(flights["audio_s"].sum() or 0.0) / 3600, 4),
+            "decode_budget_seconds": config.decode_budget_seconds,
+            "plan": dg.MetadataValue.path(plan_uri),
+            "dagster/column_schema": table_schema(dict(plan.schema)),
+            "dagster/row_count": len(plan),
+        }
+    )

@@ -1,0 +1,52 @@
+"""Flight planning: pack a partition's decodable units into flights under the decode budget.
+
+A flight is the unit of work the GPU section takes at once, and the unit of decoded audio held in
+memory. Packing is greedy in manifest order (deterministic for the same input): a flight closes when
+the next unit would take it past the budget (default 1800 audio seconds) or past the unit cap (default
+8). A unit longer than the budget flies alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DECODE_BUDGET_S = 1800.0
+MAX_UNITS_PER_FLIGHT = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedUnit:
+    flight_id: str
+    unit_id: str
+    position: int  # index of the unit inside its flight
+    duration_s: float
+
+
+def plan_flights(
+    units: list[tuple[str, float]],
+    budget_s: float = DECODE_BUDGET_S,
+    max_units: int = MAX_UNITS_PER_FLIGHT,
+) -> list[PlannedUnit]:
+    """`units` is [(unit_id, duration_s)] in manifest order; returns the plan in flight order."""
+    if budget_s <= 0 or max_units < 1:
+        raise ValueError("budget_s must be positive and max_units at least 1")
+    plan: list[PlannedUnit] = []
+    flight: list[tuple[str, float]] = []
+    flight_s = 0.0
+    number = 0
+
+    def close() -> None:
+        nonlocal flight, flight_s, number
+        if flight:
+            flight_id = f"flight-{number:04d}"
+            plan.extend(PlannedUnit(flight_id, uid, i, d) for i, (uid, d) in enumerate(flight))
+            number += 1
+        flight, flight_s = [], 0.0
+
+    for unit_id, duration_s in units:
+        if flight and (flight_s + duration_s > budget_s or len(flight) >= max_units):
+            close()
+        flight.append((unit_id, duration_s))
+        flight_s += duration_s
+    close()
+    return plan

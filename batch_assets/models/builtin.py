@@ -1,0 +1,139 @@
+"""The offline default models, built by the project itself and cached after the first build.
+
+Names starting with `builtin:` resolve to local paths laid out exactly like their production
+counterparts (a `.nemo` file for ASR; a pyannote pipeline folder with `config.yaml`, `segmentation/`,
+`embedding/` and `plda/` for diarization), so the loaders use the same code for both. Builds are
+seeded (same weights every time), keyed by a hash of everything that defines them, and made under a
+file lock so concurrent steps never race.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable
+
+import filelock
+import yaml
+
+BUILTIN_PREFIX = "builtin:"
+TINY_TDT = "builtin:tiny-tdt"
+TINY_DIARIZATION = "builtin:tiny-diarization"
+BUILTIN_SEED = 20260115
+
+WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
+SEGMENTATION_WEIGHTS = WEIGHTS_DIR / "segmentation.bin"
+
+DIARIZATION_PARAMS = {
+    "segmentation": {"min_duration_off": 0.0},
+    "clustering": {"threshold": 0.6, "Fa": 0.07, "Fb": 0.8},
+}
+EMBEDDING_DIMENSION = 64
+
+
+def cache_root() -> pathlib.Path:
+    default = pathlib.Path.home() / ".cache" / "batch_assets" / "models"
+    return pathlib.Path(os.environ.get("BATCH_ASSETS_MODEL_CACHE", default))
+
+
+def is_builtin(name: str) -> bool:
+    return name.startswith(BUILTIN_PREFIX)
+
+
+def _fingerprint(*parts: object) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, pathlib.Path):
+            digest.update(part.read_bytes())
+        else:
+            digest.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:12]
+
+
+def _cached(name: str, fingerprint: str, build: Callable[[pathlib.Path], None]) -> pathlib.Path:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{name}-{fingerprint}"
+    if final.exists():
+        return final
+    with filelock.FileLock(str(root / f"{name}.lock")):
+        if final.exists():
+            return final
+        staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+        try:
+            build(staging)
+            staging.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def tiny_tdt_path() -> pathlib.Path:
+    from batch_assets.models.tiny_asr import tiny_tdt_config
+
+    def build(folder: pathlib.Path) -> None:
+        from batch_assets.models.tiny_asr import build_tiny_tdt
+
+        build_tiny_tdt(BUILTIN_SEED).save_to(str(folder / "tiny-tdt.nemo"))
+
+    folder = _cached("tiny-tdt", _fingerprint(tiny_tdt_config(), BUILTIN_SEED), build)
+    return folder / "tiny-tdt.nemo"
+
+
+def tiny_diarization_path() -> pathlib.Path:
+    from batch_assets.models import tiny_segmentation
+
+    def build(folder: pathlib.Path) -> None:
+        import torch
+
+        from batch_assets.models.pyannote_checkpoint import save_checkpoint
+        from batch_assets.models.tiny_embedding import TinyXVector
+        from batch_assets.models.tiny_plda import write_plda
+
+        (folder / "segmentation").mkdir()
+        shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
+        from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+        torch.manual_seed(BUILTIN_SEED)
+        embedding = TinyXVector(dimension=EMBEDDING_DIMENSION).eval()
+        embedding.specifications = Specifications(
+            problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5
+        )
+        save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+        write_plda(folder / "plda", EMBEDDING_DIMENSION)
+        config = {
+            "pipeline": {
+                "name": "pyannote.audio.pipelines.SpeakerDiarization",
+                "params": {
+                    "segmentation": "$model/segmentation",
+                    "embedding": "$model/embedding",
+                    "plda": "$model/plda",
+                    "clustering": "VBxClustering",
+                    "segmentation_step": 0.1,
+                    "embedding_exclude_overlap": True,
+                },
+            },
+            "params": DIARIZATION_PARAMS,
+        }
+        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    fingerprint = _fingerprint(
+        SEGMENTATION_WEIGHTS,
+        tiny_segmentation.ARCHITECTURE,
+        DIARIZATION_PARAMS,
+        EMBEDDING_DIMENSION,
+        BUILTIN_SEED,
+        "embedding-v1",
+    )
+    return _cached("tiny-diarization", fingerprint, build)
+
+
+def resolve(name: str) -> pathlib.Path:
+    builders = {TINY_TDT: tiny_tdt_path, TINY_DIARIZATION: tiny_diarization_path}
+    if name not in builders:
+        raise ValueError(f"unknown builtin model {name!r}; known: {sorted(builders)}")
+    return builders[name]()

@@ -1,0 +1,51 @@
+"""Load the ASR model and the diarization pipeline from a pretrained name, a local path, or a builtin.
+
+- ASR: a `.nemo` file (`ASRModel.restore_from`), or a NeMo/Hugging Face name such as
+  `nvidia/parakeet-tdt-0.6b-v2` (`ASRModel.from_pretrained`).
+- Diarization: a pyannote pipeline folder or `config.yaml`, or a name such as
+  `pyannote/speaker-diarization-community-1` (`Pipeline.from_pretrained`, token from `HF_TOKEN`).
+- `builtin:tiny-tdt` / `builtin:tiny-diarization`: the offline defaults (see `builtin.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from batch_assets.models import builtin
+from batch_assets.models.environment import quiet_model_libraries
+
+
+def _local_or_name(name: str) -> str | pathlib.Path:
+    if builtin.is_builtin(name):
+        return builtin.resolve(name)
+    path = pathlib.Path(name).expanduser()
+    return path if path.exists() else name
+
+
+def load_asr_model(name: str, device):
+    quiet_model_libraries()
+    from nemo.collections.asr.models import ASRModel
+
+    source = _local_or_name(name)
+    if isinstance(source, pathlib.Path):
+        model = ASRModel.restore_from(str(source), map_location=device)
+    else:
+        model = ASRModel.from_pretrained(source, map_location=device)
+    model = model.to(device).eval()
+    model.freeze()
+    return model
+
+
+def load_diarization_pipeline(name: str, device, segmentation_batch_size: int, embedding_batch_size: int):
+    quiet_model_libraries()
+    from pyannote.audio import Pipeline
+
+    source = _local_or_name(name)
+    token = os.environ.get("HF_TOKEN") if not isinstance(source, pathlib.Path) else None
+    pipeline = Pipeline.from_pretrained(source, token=token)
+    if pipeline is None:
+        raise RuntimeError(f"could not load diarization pipeline {name!r} (gated model without HF_TOKEN?)")
+    pipeline.segmentation_batch_size = segmentation_batch_size
+    pipeline.embedding_batch_size = embedding_batch_size
+    return pipeline.to(device)

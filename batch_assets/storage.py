@@ -1,0 +1,116 @@
+"""Where audio comes from and where tables go: two fsspec URLs (s3:// through s3fs, or a local path).
+
+Assets never pass audio or tables through an IO manager: each asset writes its outputs under
+`{storage_url}/{asset}/{partition}/` and downstream assets read them from there, so large arrays are
+never pickled and an analyst can open any output with polars directly.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import posixpath
+import uuid
+from typing import Any
+
+import dagster as dg
+import fsspec
+import numpy as np
+import polars as pl
+from pydantic import Field
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE_URL = os.environ.get("BATCH_ASSETS_SOURCE_URL", str(REPO_ROOT / "sample_data" / "audio"))
+DEFAULT_STORAGE_URL = os.environ.get("BATCH_ASSETS_STORAGE_URL", str(REPO_ROOT / "storage"))
+
+
+def _join(root: str, *parts: str) -> str:
+    return posixpath.join(root.rstrip("/"), *parts)
+
+
+class StorageResource(dg.ConfigurableResource):
+    """Source audio and output tables, as fsspec URLs.
+
+    S3 credentials come from the usual AWS variables (or an instance role) unless given here; they are
+    never logged. `s3_endpoint_url` points s3fs at any S3 API (MinIO, moto, a regional endpoint).
+    """
+
+    source_url: str = Field(default=DEFAULT_SOURCE_URL, description="Root of the audio: {source_url}/YYYY-MM-DD/...")
+    storage_url: str = Field(default=DEFAULT_STORAGE_URL, description="Root of every output table and array")
+    s3_endpoint_url: str | None = Field(default=os.environ.get("BATCH_ASSETS_S3_ENDPOINT_URL"))
+    s3_region: str | None = Field(default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    s3_access_key_id: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
+    s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
+
+    def _storage_options(self, url: str) -> dict[str, Any]:
+        if not url.startswith(("s3://", "s3a://")):
+            return {}
+        options: dict[str, Any] = {}
+        client_kwargs: dict[str, Any] = {}
+        if self.s3_endpoint_url:
+            client_kwargs["endpoint_url"] = self.s3_endpoint_url
+        if self.s3_region:
+            client_kwargs["region_name"] = self.s3_region
+        if client_kwargs:
+            options["client_kwargs"] = client_kwargs
+        if self.s3_access_key_id and self.s3_secret_access_key:
+            options["key"] = self.s3_access_key_id
+            options["secret"] = self.s3_secret_access_key
+        return options
+
+    def filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The filesystem for a URL and the URL's path inside it."""
+        return fsspec.core.url_to_fs(url, **self._storage_options(url))
+
+    # -- source audio ---------------------------------------------------------------------------
+    def source_partition_url(self, partition: str) -> str:
+        return _join(self.source_url, partition)
+
+    # -- outputs ---------------------------------------------------------------------------------
+    def output_url(self, asset: str, partition: str, *name: str) -> str:
+        return _join(self.storage_url, asset, partition, *name)
+
+    def write_parquet(self, frame: pl.DataFrame, asset: str, partition: str, name: str) -> str:
+        url = self.output_url(asset, partition, f"{name}.parquet")
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer)
+        self.write_bytes(url, buffer.getvalue())
+        return url
+
+    def read_parquet(self, asset: str, partition: str, name: str) -> pl.DataFrame:
+        url = self.output_url(asset, partition, f"{name}.parquet")
+        fs, path = self.filesystem(url)
+        if not fs.exists(path):
+            raise FileNotFoundError(
+                f"{url} does not exist: materialize {asset!r} for partition {partition!r} first"
+            )
+        with fs.open(path, "rb") as handle:
+            return pl.read_parquet(handle)
+
+    def write_array(self, array: np.ndarray, asset: str, partition: str, name: str) -> str:
+        url = self.output_url(asset, partition, f"{name}.npy")
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        self.write_bytes(url, buffer.getvalue())
+        return url
+
+    def read_array(self, url: str) -> np.ndarray:
+        fs, path = self.filesystem(url)
+        with fs.open(path, "rb") as handle:
+            return np.load(io.BytesIO(handle.read()), allow_pickle=False)
+
+    def write_bytes(self, url: str, data: bytes) -> None:
+        """Write through a temporary name then move into place, so readers never see half a file."""
+        fs, path = self.filesystem(url)
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with fs.open(tmp, "wb") as handle:
+            handle.write(data)
+        fs.mv(tmp, path)
+
+    def clear_partition(self, asset: str, partition: str) -> None:
+        """Remove an asset's previous outputs for a partition, so a rerun never leaves stale files."""
+        fs, path = self.filesystem(self.output_url(asset, partition))
+        if fs.exists(path):
+            fs.rm(path, recursive=True)

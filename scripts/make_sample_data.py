@@ -1,0 +1,154 @@
+"""Generate the bundled sample partition: real (synthetic) speech with known words and speakers.
+
+espeak-ng voices speak a scripted dialogue turn by turn, with pauses between turns; each unit is
+written in a different container format, and one unit is a silent room. The exact ground truth
+(speaker turns with their words, and the silent unit) is written beside the audio, outside the
+partition folder so the pipeline never lists it as audio.
+
+    python scripts/make_sample_data.py            # rewrites sample_data/ (needs espeak-ng)
+
+Deterministic for a given espeak-ng build: seeded pauses and noise, fixed voices.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import tempfile
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "sample_data"
+PARTITION = "2026-01-15"
+SAMPLE_RATE = 16_000
+
+# voice, words per minute, pitch (0-99)
+SPEAKERS = {
+    "alice": ("en-us+f3", 150, 60),
+    "bob": ("en-gb+m3", 140, 35),
+    "carol": ("en-us+f5", 165, 75),
+    "dave": ("en+m7", 130, 25),
+}
+
+DIALOGUES = {
+    "meetings/standup.wav": [
+        ("alice", "good morning everyone let us start the daily standup"),
+        ("bob", "yesterday i finished the report for the new client"),
+        ("alice", "great work did you send it to the team"),
+        ("bob", "yes i sent it last night and they liked it"),
+        ("alice", "today i will look at the numbers for next week"),
+        ("bob", "i can help you with that after lunch"),
+        ("alice", "thank you that would be very helpful"),
+        ("bob", "no problem see you at two"),
+        ("alice", "one more thing the office will be closed on friday"),
+        ("bob", "good to know i will work from home that day"),
+        ("alice", "please remember to update the project board before you leave"),
+        ("bob", "i will do it right after this meeting"),
+        ("alice", "perfect that is all for today have a good one"),
+    ],
+    "calls/2026/support_call.flac": [
+        ("carol", "hello thank you for calling how can i help you today"),
+        ("dave", "my order has not arrived and it has been two weeks"),
+        ("carol", "i am sorry to hear that can you give me your order number"),
+        ("dave", "sure it is four five six seven"),
+        ("carol", "thank you i can see the package is still at the store"),
+        ("dave", "can you send it out today please"),
+        ("carol", "yes it will leave this afternoon and you will get a message"),
+        ("dave", "that is good thank you for your help"),
+        ("carol", "is there anything else i can do for you today"),
+        ("dave", "no that was all have a nice day"),
+        ("carol", "you too goodbye"),
+    ],
+    "calls/2026/interview.ogg": [
+        ("bob", "welcome to the show tell us about your new book"),
+        ("carol", "it is a story about a small town by the sea"),
+        ("bob", "what made you want to write about that place"),
+        ("carol", "i grew up there and the people were very kind"),
+        ("alice", "i read it last month and i loved the ending"),
+        ("carol", "thank you so much that means a lot to me"),
+        ("alice", "who was your favourite person in the story"),
+        ("carol", "the old doctor because he always had time for everyone"),
+        ("bob", "will there be a second book about the same town"),
+        ("carol", "maybe i have some ideas but nothing is ready yet"),
+        ("bob", "we are out of time but thank you both for coming"),
+    ],
+    "meetings/planning.mp3": [
+        ("dave", "shall we plan the trip for next month"),
+        ("alice", "yes i think we should leave early in the morning"),
+        ("dave", "the train is faster but the bus is much cheaper"),
+        ("alice", "let us take the train and book the tickets now"),
+        ("dave", "how many days do you want to stay there"),
+        ("alice", "three days is enough to see the old city and the river"),
+        ("dave", "i will find a small hotel near the station"),
+        ("alice", "great send me the link when you have it"),
+    ],
+}
+SILENT_UNIT = ("silence/empty_room.wav", 20.0)
+
+
+def speak(voice: str, wpm: int, pitch: int, text: str) -> np.ndarray:
+    with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
+        subprocess.run(
+            ["espeak-ng", "-v", voice, "-s", str(wpm), "-p", str(pitch), "-w", tmp.name, text],
+            check=True,
+            capture_output=True,
+        )
+        audio, rate = sf.read(tmp.name, dtype="float32")
+    audio = soxr.resample(audio, rate, SAMPLE_RATE)
+    # espeak pads each utterance with silence: trim it so turn boundaries are exact.
+    voiced = np.flatnonzero(np.abs(audio) > 0.01)
+    return audio[voiced[0] : voiced[-1] + 1]
+
+
+def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tuple[np.ndarray, list[dict]]:
+    pieces, truth, cursor = [], [], 0.0
+    lead = np.zeros(int(0.8 * SAMPLE_RATE), dtype=np.float32)
+    pieces.append(lead)
+    cursor += len(lead) / SAMPLE_RATE
+    for speaker, text in turns:
+        voice, wpm, pitch = SPEAKERS[speaker]
+        audio = 0.5 * speak(voice, wpm, pitch, text) / 0.9
+        start = cursor
+        pieces.append(audio.astype(np.float32))
+        cursor += len(audio) / SAMPLE_RATE
+        truth.append({"speaker": speaker, "start_s": round(start, 3), "end_s": round(cursor, 3), "text": text})
+        pause = np.zeros(int(rng.uniform(0.6, 1.6) * SAMPLE_RATE), dtype=np.float32)
+        pieces.append(pause)
+        cursor += len(pause) / SAMPLE_RATE
+    signal = np.concatenate(pieces)
+    signal += rng.normal(0.0, 0.002, size=signal.shape).astype(np.float32)  # a quiet room, not digital zero
+    return signal, truth
+
+
+def main() -> None:
+    rng = np.random.default_rng(20260115)
+    audio_dir = ROOT / "audio" / PARTITION
+    truth_dir = ROOT / "truth"
+    for path in (audio_dir, truth_dir):
+        path.mkdir(parents=True, exist_ok=True)
+    truth: dict[str, dict] = {}
+    for rel, turns in DIALOGUES.items():
+        signal, turns_truth = build_dialogue(turns, rng)
+        out = audio_dir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(out, signal, SAMPLE_RATE)
+        truth[rel] = {
+            "duration_s": round(len(signal) / SAMPLE_RATE, 3),
+            "speakers": sorted({t["speaker"] for t in turns_truth}),
+            "turns": turns_truth,
+        }
+    rel, seconds = SILENT_UNIT
+    silence = rng.normal(0.0, 0.002, size=int(seconds * SAMPLE_RATE)).astype(np.float32)
+    (audio_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    sf.write(audio_dir / rel, silence, SAMPLE_RATE)
+    truth[rel] = {"duration_s": seconds, "speakers": [], "turns": []}
+    (truth_dir / f"{PARTITION}.json").write_text(json.dumps(truth, indent=2) + "\n")
+    total = sum(u["duration_s"] for u in truth.values())
+    print(f"wrote {len(truth)} units, {total:.1f} audio seconds under {audio_dir}")
+
+
+if __name__ == "__main__":
+    main()

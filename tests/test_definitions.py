@@ -1,0 +1,96 @@
+"""The code location: asset graph, partitions, GPU pool and tag, cheap load, and the kill switches."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from batch_assets.definitions import defs
+from batch_assets.switches import SWITCH_ENV_VARS, SwitchValueError, parse_switch, read_switch_defaults
+
+ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+
+
+def test_asset_graph_and_partitions():
+    graph = defs.resolve_asset_graph()
+    keys = {key.to_user_string() for key in graph.get_all_asset_keys()}
+    assert keys == ASSETS
+    for key in keys:
+        partitions = graph.get(dg.AssetKey(key)).partitions_def
+        assert isinstance(partitions, dg.DailyPartitionsDefinition)
+        assert "2026-01-15" in partitions.get_partition_keys()
+    parents = {key: {p.to_user_string() for p in graph.get(dg.AssetKey(key)).parent_keys} for key in keys}
+    assert parents["fetched_audio"] == set()
+    assert parents["prepared_flights"] == {"fetched_audio"}
+    for key in ("vad_scores", "diarization", "transcripts"):
+        assert "prepared_flights" in parents[key]
+
+
+def test_gpu_section_is_one_pooled_gpu_tagged_step():
+    gpu_defs = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("transcripts") in a.keys]
+    assert len(gpu_defs) == 1
+    section = gpu_defs[0]
+    assert {k.to_user_string() for k in section.keys} == {"vad_scores", "diarization", "transcripts"}
+    op = section.op
+    assert op.pool == "gpu"
+    k8s = op.tags["dagster-k8s/config"]
+    if isinstance(k8s, str):
+        import json
+
+        k8s = json.loads(k8s)
+    assert k8s["container_config"]["resources"]["limits"]["nvidia.com/gpu"] in ("1", 1)
+    for cpu_asset in ("fetched_audio", "prepared_flights"):
+        cpu_def = next(a for a in defs.assets if dg.AssetKey(cpu_asset) in a.keys)
+        assert cpu_def.op.pool is None
+        assert "dagster-k8s/config" not in cpu_def.op.tags
+
+
+def _python(code: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in SWITCH_ENV_VARS.values()}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_code_location_load_imports_no_model_library():
+    probe = _python(
+        "import sys, time; t=time.perf_counter(); import batch_assets.definitions; "
+        "heavy=[m for m in sys.modules if m.split('.')[0] in ('nemo','pyannote','torch','torchaudio','lightning')]; "
+        "print(repr(heavy)); print(time.perf_counter()-t)"
+    )
+    assert probe.returncode == 0, probe.stderr
+    heavy, seconds = probe.stdout.strip().splitlines()[-2:]
+    assert heavy == "[]"
+    print(f"code location import: {float(seconds):.2f} s")
+
+
+@pytest.mark.parametrize("variable", sorted(SWITCH_ENV_VARS.values()))
+def test_bad_switch_value_stops_the_code_location_with_a_clear_error(variable):
+    probe = _python("import batch_assets.definitions", {variable: "yes please"})
+    assert probe.returncode != 0
+    assert variable in probe.stderr and "'true' or 'false'" in probe.stderr
+
+
+def test_switch_env_defaults_reach_run_config_defaults():
+    probe = _python(
+        "from batch_assets.gpu.assets import GpuSectionConfig as C; c=C(); "
+        "print(c.prepare_flight_enabled, c.vad_segmentation_reuse_enabled, c.asr_cuda_graphs_enabled)",
+        {"BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED": "FALSE"},
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["True", "False", "True"]
+
+
+def test_parse_switch():
+    assert parse_switch("X", None) is True
+    assert parse_switch("X", "") is True
+    assert parse_switch("X", " True ") is True
+    assert parse_switch("X", "false") is False
+    for bad in ("0", "no", "off", "flase"):
+        with pytest.raises(SwitchValueError, match="X="):
+            parse_switch("X", bad)
+    assert read_switch_defaults({}) == {name: True for name in SWITCH_ENV_VARS}

@@ -1,0 +1,137 @@
+"""The sample partition end to end through `dg.materialize`: tables, schemas and row counts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+
+from batch_assets.gpu.tables import (
+    REGIONS_SCHEMA,
+    SPEAKERS_SCHEMA,
+    TRANSCRIPT_UNITS_SCHEMA,
+    TURNS_SCHEMA,
+    VAD_UNITS_SCHEMA,
+    WORDS_SCHEMA,
+)
+from batch_assets.ingest.manifest import MANIFEST_SCHEMA
+from batch_assets.ingest.prepare import FLIGHTS_SCHEMA, PLAN_SCHEMA
+from batch_assets.partitions import SAMPLE_PARTITION
+from batch_assets.results import ResultClass
+from batch_assets.storage import REPO_ROOT
+
+from .conftest import SAMPLE_SOURCE
+
+P = SAMPLE_PARTITION
+TRUTH = json.loads((REPO_ROOT / "sample_data" / "truth" / f"{P}.json").read_text())
+
+
+def _table(storage, asset, name) -> pl.DataFrame:
+    return storage.read_parquet(asset, P, name)
+
+
+def test_all_five_assets_materialized(sample_run):
+    result, _ = sample_run
+    keys = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+
+
+def test_manifest_lists_every_audio_file_once(sample_run):
+    _, storage = sample_run
+    manifest = _table(storage, "fetched_audio", "manifest")
+    assert dict(manifest.schema) == MANIFEST_SCHEMA
+    on_disk = sorted(str(p.relative_to(SAMPLE_SOURCE / P)) for p in (SAMPLE_SOURCE / P).rglob("*") if p.is_file())
+    assert sorted(manifest["relative_key"]) == on_disk == sorted(TRUTH)
+    assert manifest["unit_id"].n_unique() == len(manifest)
+    assert set(manifest["result_class"]) == {"ok"}
+    for row in manifest.iter_rows(named=True):
+        assert abs(row["duration_s"] - TRUTH[row["relative_key"]]["duration_s"]) < 0.1
+        assert len(row["sha256"]) == 64 and row["bytes"] > 0
+
+
+def test_flights_hold_every_ok_unit_within_budget(sample_run):
+    _, storage = sample_run
+    manifest = _table(storage, "fetched_audio", "manifest")
+    plan = _table(storage, "prepared_flights", "plan")
+    flights = _table(storage, "prepared_flights", "flights")
+    assert dict(plan.schema) == PLAN_SCHEMA and dict(flights.schema) == FLIGHTS_SCHEMA
+    assert sorted(plan["unit_id"]) == sorted(manifest["unit_id"])
+    assert (flights["audio_s"] <= 1800.0).all()
+    for flight in flights.iter_rows(named=True):
+        audio = storage.read_array(flight["audio_uri"])
+        assert audio.dtype == np.float32 and audio.ndim == 1
+        units = plan.filter(pl.col("flight_id") == flight["flight_id"]).sort("position")
+        assert units["num_samples"].sum() == len(audio)
+        offsets = units["offset_samples"].to_list()
+        assert offsets == [0, *np.cumsum(units["num_samples"].to_list())[:-1].tolist()]
+        for unit in units.iter_rows(named=True):
+            assert abs(unit["duration_s"] - unit["planned_duration_s"]) < 0.05  # 16 kHz resampling keeps length
+
+
+def test_vad_scores_and_regions(sample_run):
+    _, storage = sample_run
+    units = _table(storage, "vad_scores", "units")
+    regions = _table(storage, "vad_scores", "regions")
+    assert dict(units.schema) == VAD_UNITS_SCHEMA and dict(regions.schema) == REGIONS_SCHEMA
+    assert len(units) == len(TRUTH)
+    for row in units.iter_rows(named=True):
+        scores = storage.read_array(row["scores_uri"])
+        assert scores.shape == (row["num_chunks"], row["frames_per_chunk"], row["local_speakers"])
+        unit_regions = regions.filter(pl.col("unit_id") == row["unit_id"])
+        assert (unit_regions["end_s"] <= row["duration_s"] + 1e-6).all()
+        assert abs(float(unit_regions["end_s"].sum() - unit_regions["start_s"].sum()) - row["speech_s"]) < 1e-6 if len(unit_regions) else row["speech_s"] == 0
+
+
+def test_silent_unit_is_silent_and_speech_units_are_transcribed(sample_run):
+    _, storage = sample_run
+    manifest = _table(storage, "fetched_audio", "manifest")
+    units = _table(storage, "transcripts", "units")
+    words = _table(storage, "transcripts", "words")
+    assert dict(units.schema) == TRANSCRIPT_UNITS_SCHEMA and dict(words.schema) == WORDS_SCHEMA
+    assert sorted(units["unit_id"]) == sorted(manifest["unit_id"])  # every unit, exactly once
+    classes = dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
+    by_unit = {r["unit_id"]: r for r in units.iter_rows(named=True)}
+    for rel, truth in TRUTH.items():
+        row = by_unit[classes[rel]]
+        if truth["turns"]:
+            assert row["result_class"] == ResultClass.TRANSCRIBED, row
+            assert row["speech_s"] > 0.5 * sum(t["end_s"] - t["start_s"] for t in truth["turns"])
+        else:
+            assert row["result_class"] == ResultClass.SILENT, row
+            assert row["num_words"] == 0 and row["text"] == ""
+            assert words.filter(pl.col("unit_id") == row["unit_id"]).is_empty()
+
+
+def test_words_are_timed_inside_their_unit_and_attributed_to_a_speaker(sample_run):
+    _, storage = sample_run
+    units = _table(storage, "transcripts", "units")
+    words = _table(storage, "transcripts", "words")
+    turns = _table(storage, "diarization", "turns")
+    speakers = _table(storage, "diarization", "speakers")
+    assert dict(turns.schema) == TURNS_SCHEMA and dict(speakers.schema) == SPEAKERS_SCHEMA
+    joined = words.join(units.select("unit_id", "duration_s", "num_words"), on="unit_id")
+    assert (joined["start_s"] >= 0).all() and (joined["end_s"] <= joined["duration_s"] + 1e-6).all()
+    assert (joined["start_s"] <= joined["end_s"]).all()
+    counts = words.group_by("unit_id").len()
+    for row in counts.join(units, on="unit_id").iter_rows(named=True):
+        assert row["len"] == row["num_words"]
+    known = {(r["unit_id"], r["speaker"]) for r in turns.iter_rows(named=True)}
+    for row in words.iter_rows(named=True):
+        assert (row["unit_id"], row["speaker"]) in known
+    assert not speakers.is_empty() and (speakers["speech_s"] > 0).all()
+
+
+def test_rerun_replaces_outputs_without_duplicates(sample_run, lock_dir):
+    from .conftest import make_resources, materialize_partition
+
+    _, storage = sample_run
+    before = {name: _table(storage, "transcripts", name) for name in ("units", "words")}
+    stale = storage.output_url("transcripts", P, "stale.parquet")
+    storage.write_bytes(stale, b"left over from an older version")
+    resources = make_resources(__import__("pathlib").Path(storage.storage_url), lock_dir)
+    assert materialize_partition(resources).success
+    fs, path = storage.filesystem(stale)
+    assert not fs.exists(path)
+    for name, frame in before.items():
+        assert _table(storage, "transcripts", name).equals(frame)
