@@ -42,6 +42,7 @@ class StorageResource(dg.ConfigurableResource):
     s3_region: str | None = Field(default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
     s3_access_key_id: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
+    s3_max_attempts: int = Field(default=4, description="botocore's own attempts per request (standard retry mode)")
 
     def _storage_options(self, url: str) -> dict[str, Any]:
         if not url.startswith(("s3://", "s3a://")):
@@ -54,6 +55,7 @@ class StorageResource(dg.ConfigurableResource):
             client_kwargs["region_name"] = self.s3_region
         if client_kwargs:
             options["client_kwargs"] = client_kwargs
+        options["config_kwargs"] = {"retries": {"max_attempts": self.s3_max_attempts, "mode": "standard"}}
         if self.s3_access_key_id and self.s3_secret_access_key:
             options["key"] = self.s3_access_key_id
             options["secret"] = self.s3_secret_access_key

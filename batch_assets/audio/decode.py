@@ -88,15 +88,8 @@ def _ffmpeg_decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:
     return samples, AudioInfo(rate, channels, samples.shape[0])
 
 
-def probe(data: bytes, suffix: str) -> AudioInfo:
-    """Rate, channels and length without decoding the samples where the container allows it."""
-    try:
-        info = sf.info(io.BytesIO(data))
-        return AudioInfo(int(info.samplerate), int(info.channels), int(info.frames))
-    except Exception:  # soundfile cannot parse it: ask ffmpeg
-        pass
-    with _with_tempfile(data, suffix) as tmp:
-        result = subprocess.run([_ffmpeg(), "-hide_banner", "-i", tmp.name], capture_output=True, text=True)
+def _ffmpeg_probe(path: str) -> AudioInfo:
+    result = subprocess.run([_ffmpeg(), "-hide_banner", "-i", path], capture_output=True, text=True)
     stream, duration = _STREAM.search(result.stderr), _DURATION.search(result.stderr)
     if stream is None or duration is None:
         raise DecodeError("not an audio file that soundfile or ffmpeg can read")
@@ -104,6 +97,21 @@ def probe(data: bytes, suffix: str) -> AudioInfo:
     rate = int(stream.group(1))
     total = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
     return AudioInfo(rate, _channels_from(stream.group(2)), int(round(total * rate)))
+
+
+def probe_file(path: str) -> AudioInfo:
+    """Rate, channels and length of a local file, from its header where the container allows it."""
+    try:
+        info = sf.info(path)
+        return AudioInfo(int(info.samplerate), int(info.channels), int(info.frames))
+    except Exception:  # soundfile cannot parse it: ask ffmpeg
+        return _ffmpeg_probe(path)
+
+
+def probe(data: bytes, suffix: str) -> AudioInfo:
+    """`probe_file` for bytes in memory."""
+    with _with_tempfile(data, suffix) as tmp:
+        return probe_file(tmp.name)
 
 
 def to_target(samples: np.ndarray, sample_rate: int) -> np.ndarray:

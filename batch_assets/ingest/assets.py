@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.ingest.prepare import prepare_flights
@@ -22,12 +23,20 @@ GROUP = "ingest"
 class FetchConfig(dg.Config):
     max_unit_seconds: float = Field(default=7200.0, description="Group limit: longer units are classed too_long")
     fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
+    retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
+    retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
+
+    @property
+    def retries(self) -> RetryPolicy:
+        return RetryPolicy(self.retry_attempts, self.retry_base_delay_seconds)
 
 
 class PrepareConfig(dg.Config):
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Audio seconds per flight (shared decode budget)")
     max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
     decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
+    retry_attempts: int = Field(default=4)
+    retry_base_delay_seconds: float = Field(default=0.5)
 
 
 def class_counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -52,16 +61,19 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
     """
     partition = context.partition_key
     fs, path = storage.filesystem(storage.source_partition_url(partition))
-    manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency)
+    manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
     storage.clear_partition("fetched_audio", partition)
     uri = storage.write_parquet(manifest, "fetched_audio", partition, "manifest")
+    storage.write_parquet(skipped, "fetched_audio", partition, "skipped")
+    for row in skipped.iter_rows(named=True):
+        context.log.warning(f"skipped {row['relative_key']}: {row['reason']}")
     ok = manifest.filter(pl.col("result_class") == "ok")
     return dg.MaterializeResult(
         metadata={
             "units": len(manifest),
             "units_by_class": class_counts(manifest),
             "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
-            "non_audio_objects_skipped": skipped,
+            "non_audio_objects_skipped": len(skipped),
             "manifest": dg.MetadataValue.path(uri),
             "dagster/column_schema": table_schema(dict(manifest.schema)),
             "dagster/row_count": len(manifest),
@@ -93,6 +105,7 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, s
         budget_s=config.decode_budget_seconds,
         max_units=config.max_units_per_flight,
         concurrency=config.decode_concurrency,
+        retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
         log=context.log.info,
     )
     plan_uri = storage.write_parquet(plan, "prepared_flights", partition, "plan")

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode, suffix_of
-from batch_assets.ingest.fetch import FetchError, read_bytes
+from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, read_bytes
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
 from batch_assets.results import ResultClass
 
@@ -35,8 +35,8 @@ PLAN_SCHEMA = {
 FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64, "audio_uri": pl.String}
 
 
-def _decode_unit(fs, source_path: str, rel: str) -> np.ndarray:
-    samples, _ = decode(read_bytes(fs, source_path), suffix_of(rel))
+def _decode_unit(fs, source_path: str, rel: str, retries: RetryPolicy) -> np.ndarray:
+    samples, _ = decode(read_bytes(fs, source_path, retries), suffix_of(rel))
     return samples
 
 
@@ -47,6 +47,7 @@ def prepare_flights(
     budget_s: float,
     max_units: int,
     concurrency: int,
+    retries: RetryPolicy = DEFAULT_RETRIES,
     log: Callable[[str], None] = lambda _: None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     ok = manifest.filter(pl.col("result_class") == str(ResultClass.OK))
@@ -63,7 +64,7 @@ def prepare_flights(
                 row = sources[planned.unit_id]
                 fs, path = source_path_of(row["source_uri"])
                 try:
-                    return _decode_unit(fs, path, row["relative_key"]), None
+                    return _decode_unit(fs, path, row["relative_key"], retries), None
                 except (DecodeError, FetchError) as error:
                     return None, error
 

@@ -1,7 +1,7 @@
 """Units: one listed audio object each, with a stable id that is safe as a file name.
 
 The unit id is the object's path relative to the partition folder, with "/" turned into "__" and any
-character outside [A-Za-z0-9._-] replaced; when that changed anything else (or two keys collide) a
+character outside [A-Za-z0-9._-] (and any run of dots, or a leading dot) replaced; when that changed anything else (or two keys collide) a
 short hash of the original key is appended, so ids stay unique and stable across reruns.
 """
 
@@ -13,7 +13,8 @@ import re
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+# Characters outside [A-Za-z0-9._-], runs of dots, and a leading dot (no "..", no hidden files).
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]|\.{2,}|^\.")
 
 
 def relative_key(partition_path: str, object_path: str) -> str:

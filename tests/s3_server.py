@@ -1,0 +1,126 @@
+"""A real S3 API on loopback for the tests: moto in server mode, optionally behind a fault-injecting proxy.
+
+The proxy forwards every request unchanged to moto, except object GETs whose key contains a marker:
+`flaky` fails the first `flaky_failures` GETs of each such key with a 500 InternalError, `broken` always
+fails. Listing and HEAD requests are never touched. This exercises the real s3fs/botocore stack and our
+own retries over real HTTP.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import http.server
+import logging
+import threading
+import urllib.parse
+
+from moto.server import ThreadedMotoServer
+
+ERROR_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+    b"<Message>injected by the test proxy</Message></Error>"
+)
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, flaky_failures: int = 2):
+        self.upstream_port = upstream_port
+        self.flaky_failures = flaky_failures
+        self.failures: collections.Counter = collections.Counter()
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _should_fail(self) -> bool:
+                if self.command != "GET":
+                    return False
+                path = urllib.parse.urlparse(self.path).path
+                if "broken" in path:
+                    with proxy.lock:
+                        proxy.failures[path] += 1
+                    return True
+                if "flaky" in path:
+                    with proxy.lock:
+                        if proxy.failures[path] < proxy.flaky_failures:
+                            proxy.failures[path] += 1
+                            return True
+                return False
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if self._should_fail():
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(ERROR_BODY)))
+                    self.end_headers()
+                    self.wfile.write(ERROR_BODY)
+                    return
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
+                upstream.request(self.command, self.path, body=body, headers=headers)
+                response = upstream.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                upstream.close()
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class S3Server:
+    """moto on 127.0.0.1 (a free port), plus the fault proxy in front of it."""
+
+    def __init__(self, flaky_failures: int = 2):
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.flaky_failures = flaky_failures
+
+    def __enter__(self) -> S3Server:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self.moto.start()
+        self.port = self.moto._server.server_port  # the port the OS gave us
+        self.proxy = FaultProxy(self.port, self.flaky_failures)
+        self.proxy.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proxy.stop()
+        self.moto.stop()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def faulty_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.proxy.port}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
