@@ -47,7 +47,9 @@ def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: p
     }
 
 
-def materialize_partition(resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None):
+def materialize_partition(
+    resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True
+):
     from batch_assets.definitions import all_assets
 
     return dg.materialize(
@@ -56,6 +58,7 @@ def materialize_partition(resources: dict, partition: str = SAMPLE_PARTITION, ru
         resources=resources,
         instance=dg.DagsterInstance.ephemeral(),
         run_config=run_config,
+        raise_on_error=raise_on_error,
     )
 
 

@@ -1,4 +1,4 @@
-"""Each kill switch's off path runs, and turning all three off changes no result."""
+"""Each kill switch's off path runs, and no lever changes any result (each alone off, and all off)."""
 
 from __future__ import annotations
 
@@ -8,45 +8,66 @@ from batch_assets.partitions import SAMPLE_PARTITION
 
 from .conftest import make_resources, materialize_partition
 
-OFF = {"prepare_flight_enabled": False, "vad_segmentation_reuse_enabled": False, "asr_cuda_graphs_enabled": False}
+LEVERS = ("prepare_flight_enabled", "vad_segmentation_reuse_enabled", "asr_cuda_graphs_enabled")
+VARIANTS = {f"{lever}=false": {lever: False} for lever in LEVERS} | {"all off": {lever: False for lever in LEVERS}}
+TABLES = [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
+          ("vad_scores", "units"), ("vad_scores", "regions")]
 
 
-def _section_metadata(result) -> dict:
+def section_metadata(result) -> dict:
     event = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "transcripts")
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
 @pytest.fixture(scope="module")
-def off_run(tmp_path_factory, lock_dir):
-    resources = make_resources(tmp_path_factory.mktemp("storage-off"), lock_dir)
-    result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": OFF}}})
-    assert result.success
-    return result, resources["storage"]
+def variant_runs(tmp_path_factory, lock_dir):
+    runs = {}
+    for name, switches in VARIANTS.items():
+        resources = make_resources(tmp_path_factory.mktemp("storage-variant"), lock_dir)
+        result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": switches}}})
+        assert result.success
+        runs[name] = (result, resources["storage"])
+    return runs
 
 
-def test_switches_are_recorded(sample_run, off_run):
-    assert _section_metadata(sample_run[0])["switches"] == {k: True for k in OFF}
-    assert _section_metadata(off_run[0])["switches"] == OFF
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_switches_are_recorded(variant, variant_runs, sample_run):
+    assert section_metadata(sample_run[0])["switches"] == {lever: True for lever in LEVERS}
+    expected = {lever: lever not in VARIANTS[variant] for lever in LEVERS}
+    assert section_metadata(variant_runs[variant][0])["switches"] == expected
 
 
-def test_all_off_gives_identical_tables(sample_run, off_run):
-    (_, on), (_, off) = sample_run, off_run
-    for asset, name in [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"),
-                        ("diarization", "speakers"), ("vad_scores", "regions")]:
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_lever_off_gives_identical_tables(variant, variant_runs, sample_run):
+    on, off = sample_run[1], variant_runs[variant][1]
+    for asset, name in TABLES:
         a = on.read_parquet(asset, SAMPLE_PARTITION, name)
         b = off.read_parquet(asset, SAMPLE_PARTITION, name)
-        if name == "speakers":  # which path produced the segmentation differs by design
-            a, b = a.drop("segmentation"), b.drop("segmentation")
-        assert a.equals(b), f"{asset}/{name} differs with the levers off"
+        drop = {"speakers": ["segmentation"], "units": ["scores_uri"] if asset == "vad_scores" else []}.get(name, [])
+        assert a.drop(drop).equals(b.drop(drop)), f"{asset}/{name} differs with {variant}"
+    for uri_on, uri_off in zip(on.read_parquet("vad_scores", SAMPLE_PARTITION, "units")["scores_uri"],
+                               off.read_parquet("vad_scores", SAMPLE_PARTITION, "units")["scores_uri"], strict=True):
+        assert (on.read_array(uri_on) == off.read_array(uri_off)).all()
 
 
-def test_reuse_halves_segmentation_forwards(sample_run, off_run):
-    on, off = _section_metadata(sample_run[0]), _section_metadata(off_run[0])
-    assert on["segmentation_reuse"].get("reused", 0) >= 1
-    assert "reused" not in off["segmentation_reuse"]
-    assert on["segmentation_forwards"] < off["segmentation_forwards"]
+def test_reuse_runs_the_segmentation_model_once_instead_of_twice(variant_runs, sample_run):
+    on = section_metadata(sample_run[0])
+    off = section_metadata(variant_runs["vad_segmentation_reuse_enabled=false"][0])
+    assert set(on["segmentation_reuse"]) == {"reused"}
+    assert set(off["segmentation_reuse"]) == {"not offered"}
+    on_stages, off_stages = on["segmentation_forwards_by_stage"], off["segmentation_forwards_by_stage"]
+    assert on_stages["vad"] == off_stages["vad"] > 0
+    assert on_stages["diarization"] == 0  # once: diarization consumed VAD's scores
+    assert off_stages["diarization"] == off_stages["vad_of_diarized_units"] > 0  # twice for every diarized unit
+    assert on["segmentation_forwards"] == on_stages["vad"]
+    assert off["segmentation_forwards"] == off_stages["vad"] + off_stages["diarization"]
 
 
-def test_cpu_runs_eager_decoding_whatever_is_requested(sample_run, off_run):
-    assert _section_metadata(sample_run[0])["decoder_modes"] == ["eager"]
-    assert _section_metadata(off_run[0])["decoder_modes"] == ["eager"]
+def test_prepared_flights_stay_within_budget(variant_runs, sample_run):
+    assert 0 < section_metadata(sample_run[0])["max_prepared_ahead_seconds"] <= 1800
+    assert section_metadata(variant_runs["prepare_flight_enabled=false"][0])["max_prepared_ahead_seconds"] == 0
+
+
+def test_cpu_runs_eager_decoding_whatever_is_requested(variant_runs, sample_run):
+    assert section_metadata(sample_run[0])["decoder_modes"] == ["eager (cuda graphs unavailable on cpu)"]
+    assert section_metadata(variant_runs["asr_cuda_graphs_enabled=false"][0])["decoder_modes"] == ["eager"]

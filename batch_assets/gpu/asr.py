@@ -59,39 +59,112 @@ def speech_segments(
 
 
 class DecoderModeError(RuntimeError):
-    """The decoder is not in the mode the run asked for."""
+    """The decoder is not in the mode the run asked for: the worker must be quarantined."""
+
+
+GRAPH_MODES = ("full_graph", "no_while_loops")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderObservation:
+    """What the decoder really is, read from the model, its decoding config and its decoding computer."""
+
+    strategy: str
+    config_graphs: bool  # cfg.decoding.greedy.use_cuda_graph_decoder
+    computer_mode: str | None  # the label-looping computer's cuda_graphs_mode
+    captured: bool  # a CUDA graph (full or per-loop) has been captured
+    device: str
+
+    def describe(self) -> str:
+        return (f"strategy={self.strategy} use_cuda_graph_decoder={self.config_graphs} "
+                f"cuda_graphs_mode={self.computer_mode} graphs_captured={self.captured} device={self.device}")
+
+
+def observe_decoder(model, device) -> DecoderObservation:
+    decoding = model.cfg.decoding
+    computer = getattr(getattr(model.decoding, "decoding", None), "decoding_computer", None)
+    mode = getattr(computer, "cuda_graphs_mode", None) if computer is not None else None
+    captured = computer is not None and (
+        getattr(computer, "full_graph", None) is not None or getattr(computer, "separate_graphs", None) is not None
+    )
+    return DecoderObservation(
+        strategy=str(decoding.get("strategy")),
+        config_graphs=bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
+        computer_mode=None if mode is None else str(getattr(mode, "value", mode)),
+        captured=captured,
+        device=str(getattr(device, "type", device)),
+    )
+
+
+def graph_settings(model) -> dict:
+    decoding = model.cfg.decoding
+    return {"strategy": str(decoding.get("strategy")), "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False))}
 
 
 def set_cuda_graphs(model, enabled: bool) -> None:
+    """Through the decoding config (which NeMo rebuilds from), never a runtime toggle it would undo."""
     from omegaconf import open_dict
 
     decoding = copy.deepcopy(model.cfg.decoding)
     with open_dict(decoding):
+        decoding.strategy = "greedy_batch"
         decoding.greedy.use_cuda_graph_decoder = enabled
     model.change_decoding_strategy(decoding, verbose=False)
 
 
-def actual_decoder_mode(model, device) -> str:
-    """What greedy decoding will really do: 'cuda_graphs:<mode>' or 'eager' (torch loop)."""
-    requested = bool(model.cfg.decoding.greedy.get("use_cuda_graph_decoder", False))
-    computer = getattr(getattr(model.decoding, "decoding", None), "decoding_computer", None)
-    mode = getattr(computer, "cuda_graphs_mode", None) if computer is not None else None
-    if not requested or mode is None or str(getattr(device, "type", device)) != "cuda":
-        return "eager"
-    return f"cuda_graphs:{getattr(mode, 'value', mode)}"
+def apply_decoder_mode(model, enabled: bool, applied: dict | None) -> dict:
+    """Put the decoder in the requested mode; refuse if its settings changed since we last applied them.
+
+    `applied` is what this process set last time (None on first use). Settings that differ from it were
+    changed behind the section's back (e.g. by another `change_decoding_strategy` call), so this worker's
+    results can no longer be trusted to match the baseline.
+    """
+    current = graph_settings(model)
+    if applied is not None and current != applied:
+        raise DecoderModeError(
+            f"decoding settings changed behind the section's back: expected {applied}, actual {current}"
+        )
+    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled}:
+        set_cuda_graphs(model, enabled)
+    return graph_settings(model)
 
 
 def expected_decoder_mode(enabled: bool, device) -> str:
-    if enabled and str(getattr(device, "type", device)) == "cuda":
-        return "cuda_graphs"
-    return "eager"
+    if not enabled:
+        return "eager"
+    return "cuda_graphs" if str(getattr(device, "type", device)) == "cuda" else "eager (cuda graphs unavailable on cpu)"
 
 
 def check_decoder_mode(model, device, enabled: bool, when: str) -> str:
-    actual = actual_decoder_mode(model, device)
+    """Assert the decoder is in the requested mode before/after an ASR call; returns the mode that runs.
+
+    Graphs on, on CUDA: the config asks for graphs, the computer is in a graphs mode, and after the call a
+    graph has been captured. Graphs on, on CPU: graphs never run for CPU tensors whatever the computer's
+    attribute says, so the mode is eager (recorded, not an error). Graphs off: no graphs mode anywhere.
+    """
+    seen = observe_decoder(model, device)
     expected = expected_decoder_mode(enabled, device)
-    if not actual.startswith(expected):
-        raise DecoderModeError(f"decoder mode {when} ASR call: expected {expected!r}, actual {actual!r}")
+    problems = []
+    if seen.strategy != "greedy_batch":
+        problems.append(f"strategy is {seen.strategy}, not greedy_batch")
+    if seen.config_graphs != enabled:
+        problems.append(f"use_cuda_graph_decoder is {seen.config_graphs}, run asked for {enabled}")
+    if enabled and seen.device == "cuda":
+        if seen.computer_mode not in GRAPH_MODES:
+            problems.append(f"cuda_graphs_mode is {seen.computer_mode}")
+        if when == "after" and not seen.captured:
+            problems.append("no CUDA graph was captured by the call")
+        actual = f"cuda_graphs:{seen.computer_mode}"
+    elif not enabled:
+        if seen.computer_mode is not None:
+            problems.append(f"cuda_graphs_mode is {seen.computer_mode} although graphs are off")
+        actual = "eager"
+    else:
+        actual = expected
+    if problems:
+        raise DecoderModeError(
+            f"decoder mode {when} ASR call: expected {expected!r}, actual {seen.describe()} ({'; '.join(problems)})"
+        )
     return actual
 
 

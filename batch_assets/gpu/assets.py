@@ -13,7 +13,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from batch_assets.gpu.asr import DecoderModeError, set_cuda_graphs
+from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.tables import VAD_UNITS_SCHEMA, diarization_tables, transcript_tables, vad_tables
@@ -109,11 +109,11 @@ def gpu_section(
         budget_s=config.decode_budget_seconds,
     )
     with gpu.section() as waited:
-        entered = time.perf_counter()
+        entered, entered_unix = time.perf_counter(), time.time()
         if models.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(models.device)
-        set_cuda_graphs(models.asr, config.asr_cuda_graphs_enabled)
         try:
+            models.decoder_settings = apply_decoder_mode(models.asr, config.asr_cuda_graphs_enabled, models.decoder_settings)
             for flight_id, audio in feed:
                 outcomes.extend(
                     process_flight(models, flight_id, audio, units_by_flight.get(flight_id, []),
@@ -124,8 +124,11 @@ def gpu_section(
         except DecoderModeError as error:
             quarantine(str(error))
             context.log.error(f"QUARANTINED: {error}")
-            raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)}) from error
-        section_s = time.perf_counter() - entered
+            # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+            raise dg.Failure(
+                description=f"worker quarantined: {error}", metadata={"quarantine": str(error)}, allow_retries=False
+            ) from error
+        section_s, exited_unix = time.perf_counter() - entered, time.time()
         cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
 
     for asset in ("vad_scores", "diarization", "transcripts"):
@@ -144,12 +147,15 @@ def gpu_section(
     shared = {
         "section_seconds": round(section_s, 3),
         "lock_wait_seconds": round(waited, 3),
+        "section_entered_unix": entered_unix,
+        "section_exited_unix": exited_unix,
         "vad_seconds": round(stats.seconds["vad"], 3),
         "diarization_seconds": round(stats.seconds["diarization"], 3),
         "asr_seconds": round(stats.seconds["asr"], 3),
         "flight_load_wait_seconds": round(feed.load_wait_s, 3),
         "max_prepared_ahead_seconds": round(feed.max_ahead_s, 1),
         "segmentation_forwards": models.segmentation_forwards[0] - forwards_before,
+        "segmentation_forwards_by_stage": {k: stats.segmentation_forwards[k] for k in ("vad", "vad_of_diarized_units", "diarization")},
         "segmentation_reuse": dict(stats.segmentation_reuse),
         "decoder_modes": sorted(stats.decoder_modes),
         "switches": {

@@ -21,10 +21,6 @@ from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
 
 
-class QuarantinedError(RuntimeError):
-    """This worker process was quarantined and refuses GPU work."""
-
-
 @dataclasses.dataclass
 class LoadedModels:
     device: object
@@ -32,6 +28,7 @@ class LoadedModels:
     diarization: object  # ReusingSpeakerDiarization
     load_seconds: float
     segmentation_forwards: list[int]  # a counter the forward hook increments
+    decoder_settings: dict | None = None  # what this process last applied to the ASR decoder
 
 
 _LOADED: dict[tuple, LoadedModels] = {}
@@ -110,6 +107,10 @@ class GpuResource(dg.ConfigurableResource):
         """The resource-locked GPU section; yields seconds waited for the lock."""
         reason = quarantine_reason()
         if reason:
-            raise QuarantinedError(f"this worker is quarantined and refuses GPU work: {reason}")
+            raise dg.Failure(
+                description=f"this worker is quarantined and refuses GPU work: {reason}",
+                metadata={"quarantine": reason},
+                allow_retries=False,
+            )
         with device_section(self.lock_dir, str(self.models.device)) as waited:
             yield waited

@@ -40,6 +40,8 @@ class SectionStats:
     seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     decoder_modes: set = dataclasses.field(default_factory=set)
     segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # segmentation model forwards: by VAD (all units, and units that went on to diarization), by diarization
+    segmentation_forwards: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 def _timed(stats: SectionStats, stage: str):
@@ -72,16 +74,23 @@ def process_flight(
         waveform = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
         outcome = UnitOutcome(uid, flight_id, len(waveform) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
         outcomes[uid] = outcome
+        forwards = models.segmentation_forwards
         try:
+            before = forwards[0]
             with _timed(stats, "vad"):
                 outcome.vad = run_vad(models.diarization, waveform, uid)
+            vad_forwards = forwards[0] - before
+            stats.segmentation_forwards["vad"] += vad_forwards
             if not outcome.vad.regions:
                 outcome.result_class, outcome.reason = ResultClass.SILENT, "no speech detected by VAD"
                 continue
+            stats.segmentation_forwards["vad_of_diarized_units"] += vad_forwards
+            before = forwards[0]
             with _timed(stats, "diarization"):
                 outcome.diarization = diarize(
                     models.diarization, waveform, uid, outcome.vad.scores if reuse_segmentation else None
                 )
+            stats.segmentation_forwards["diarization"] += forwards[0] - before
             stats.segmentation_reuse[outcome.diarization.reuse] += 1
             waveforms[uid] = waveform
         except Exception as error:  # one unit's failure is that unit's result
