@@ -61,7 +61,7 @@ def main() -> None:
 
     from batch_assets.gpu.asr import apply_decoder_mode
     from batch_assets.gpu.diarization import make_reusing
-    from batch_assets.gpu.resources import LoadedModels
+    from batch_assets.gpu.loaded import LoadedModels
     from batch_assets.gpu.section import SectionStats, process_flight
     from batch_assets.models.loaders import load_asr_model, load_diarization_pipeline
 

@@ -9,7 +9,6 @@ can no longer be trusted to produce results identical to the baseline.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -17,18 +16,9 @@ from collections.abc import Iterator
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
-
-
-@dataclasses.dataclass
-class LoadedModels:
-    device: object
-    asr: object
-    diarization: object  # ReusingSpeakerDiarization
-    load_seconds: float
-    segmentation_forwards: list[int]  # a counter the forward hook increments
-    decoder_settings: dict | None = None  # what this process last applied to the ASR decoder
 
 
 _LOADED: dict[tuple, LoadedModels] = {}
