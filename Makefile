@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data fit-segmentation
+.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest
 setup:
 	@bash scripts/install.sh
 
@@ -23,5 +23,14 @@ dev: setup
 sample-data: setup
 	$(PY) scripts/make_sample_data.py
 
-fit-segmentation: setup
-	$(PY) scripts/fit_segmentation.py
+train-asr: setup
+	$(PY) -m batch_assets.training.train_asr
+
+train-diarization: setup
+	$(PY) -m batch_assets.training.train_diarization
+
+bench-levers: setup
+	$(PY) benchmarks/levers.py --preset cpu --json bench_out/levers.json
+
+bench-ingest: setup
+	$(PY) benchmarks/ingest.py

@@ -11,6 +11,7 @@ import io
 import os
 import pathlib
 import posixpath
+import time
 import uuid
 from typing import Any
 
@@ -43,6 +44,9 @@ class StorageResource(dg.ConfigurableResource):
     s3_access_key_id: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_max_attempts: int = Field(default=4, description="botocore's own attempts per request (standard retry mode)")
+    simulated_latency_per_unit_s: float = Field(
+        default=0.0, description="Benchmarks only: sleep this long per unit when the GPU step loads a flight (object-storage latency)"
+    )
 
     def _storage_options(self, url: str) -> dict[str, Any]:
         if not url.startswith(("s3://", "s3a://")):
@@ -96,6 +100,12 @@ class StorageResource(dg.ConfigurableResource):
         np.save(buffer, array, allow_pickle=False)
         self.write_bytes(url, buffer.getvalue())
         return url
+
+    def read_flight(self, url: str, units: int) -> np.ndarray:
+        """A flight's decoded audio, as the GPU step loads it (with the benchmark's simulated latency, if any)."""
+        if self.simulated_latency_per_unit_s > 0:
+            time.sleep(self.simulated_latency_per_unit_s * units)
+        return self.read_array(url)
 
     def read_array(self, url: str) -> np.ndarray:
         fs, path = self.filesystem(url)

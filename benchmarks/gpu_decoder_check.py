@@ -12,8 +12,8 @@ NeMo's runtime `disable_cuda_graphs()`), each of which must be caught. Prints a 
 from __future__ import annotations
 
 import argparse
+import sys
 import copy
-import json
 import pathlib
 import time
 
@@ -31,6 +31,8 @@ from batch_assets.gpu.asr import (
 from batch_assets.models.tiny_asr import build_tiny_tdt
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from report import cuda_peak_mib, emit  # noqa: E402
 
 
 def load_audio() -> dict[str, np.ndarray]:
@@ -114,12 +116,8 @@ def main() -> None:
     except DecoderModeError as error:
         caught["disable_cuda_graphs"] = str(error)
     report["tampering_caught"] = caught
-    if device.type == "cuda":
-        report["cuda_peak_memory_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    report["cuda_peak_memory_mib"] = cuda_peak_mib(torch, device)
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

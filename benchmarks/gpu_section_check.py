@@ -12,7 +12,7 @@ or polars needed, so it runs on a bare GPU machine with the model libraries carr
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import pathlib
 import time
 
@@ -22,6 +22,8 @@ import soundfile as sf
 from batch_assets.audio.decode import to_target
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from report import cuda_peak_mib, emit  # noqa: E402
 VARIANTS = {
     "all_on": (True, True),
     "reuse_off": (False, True),
@@ -103,13 +105,9 @@ def main() -> None:
             "words": sum(len(o.words) for o in outcomes),
             "audio_s_per_s": round(report["audio_s"] / wall, 1),
         }
-        if device.type == "cuda":
-            report["variants"][name]["cuda_peak_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        report["variants"][name]["cuda_peak_mib"] = cuda_peak_mib(torch, device)
     report["identical_to_all_on"] = {name: results[name] == results["all_on"] for name in VARIANTS}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

@@ -35,13 +35,13 @@ SPEAKERS = {
 
 DIALOGUES = {
     "meetings/standup.wav": [
-        ("alice", "good morning everyone let us start the daily standup"),
+        ("alice", "good morning everyone let us start the daily meeting"),
         ("bob", "yesterday i finished the report for the new client"),
         ("alice", "great work did you send it to the team"),
         ("bob", "yes i sent it last night and they liked it"),
         ("alice", "today i will look at the numbers for next week"),
         ("bob", "i can help you with that after lunch"),
-        ("alice", "thank you that would be very helpful"),
+        ("alice", "thank you that would be very useful"),
         ("bob", "no problem see you at two"),
         ("alice", "one more thing the office will be closed on friday"),
         ("bob", "good to know i will work from home that day"),
@@ -54,13 +54,13 @@ DIALOGUES = {
         ("dave", "my order has not arrived and it has been two weeks"),
         ("carol", "i am sorry to hear that can you give me your order number"),
         ("dave", "sure it is four five six seven"),
-        ("carol", "thank you i can see the package is still at the store"),
+        ("carol", "thank you i can see the order is still at the store"),
         ("dave", "can you send it out today please"),
         ("carol", "yes it will leave this afternoon and you will get a message"),
         ("dave", "that is good thank you for your help"),
         ("carol", "is there anything else i can do for you today"),
         ("dave", "no that was all have a nice day"),
-        ("carol", "you too goodbye"),
+        ("carol", "you too have a good day"),
     ],
     "calls/2026/interview.ogg": [
         ("bob", "welcome to the show tell us about your new book"),
@@ -78,7 +78,7 @@ DIALOGUES = {
     "meetings/planning.mp3": [
         ("dave", "shall we plan the trip for next month"),
         ("alice", "yes i think we should leave early in the morning"),
-        ("dave", "the train is faster but the bus is much cheaper"),
+        ("dave", "the train is faster but the bus costs much less"),
         ("alice", "let us take the train and book the tickets now"),
         ("dave", "how many days do you want to stay there"),
         ("alice", "three days is enough to see the old city and the river"),

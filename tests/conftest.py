@@ -38,22 +38,24 @@ def lock_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: pathlib.Path = SAMPLE_SOURCE) -> dict:
+    from batch_assets.gate.checks import BaselineResource
     from batch_assets.gpu.resources import GpuResource
     from batch_assets.storage import StorageResource
 
     return {
         "storage": StorageResource(source_url=str(source), storage_url=str(storage_root)),
         "gpu": GpuResource(lock_dir=str(lock_dir), device="cpu"),
+        "baseline": BaselineResource(storage_url=""),
     }
 
 
 def materialize_partition(
     resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True
 ):
-    from batch_assets.definitions import all_assets
+    from batch_assets.definitions import all_assets, transcripts_checks
 
     return dg.materialize(
-        all_assets,
+        [*all_assets, *transcripts_checks],
         partition_key=partition,
         resources=resources,
         instance=dg.DagsterInstance.ephemeral(),

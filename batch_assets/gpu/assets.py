@@ -93,6 +93,7 @@ def gpu_section(
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     flights = storage.read_parquet("prepared_flights", partition, "flights")
     audio_uris = dict(zip(flights["flight_id"], flights["audio_uri"], strict=True))
+    unit_counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
     ok_units = plan.filter(pl.col("result_class") == "ok")
     units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
     for row in ok_units.iter_rows(named=True):
@@ -104,7 +105,7 @@ def gpu_section(
     forwards_before = models.segmentation_forwards[0]
     feed = FlightFeed(
         [(row["flight_id"], row["audio_s"]) for row in flights.iter_rows(named=True)],
-        load=lambda flight_id: storage.read_array(audio_uris[flight_id]),
+        load=lambda flight_id: storage.read_flight(audio_uris[flight_id], unit_counts[flight_id]),
         prepare_ahead=config.prepare_flight_enabled,
         budget_s=config.decode_budget_seconds,
     )

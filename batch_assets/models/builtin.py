@@ -27,6 +27,10 @@ BUILTIN_SEED = 20260115
 
 WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
 SEGMENTATION_WEIGHTS = WEIGHTS_DIR / "segmentation.bin"
+EMBEDDING_WEIGHTS = WEIGHTS_DIR / "embedding.bin"  # trained by batch_assets.training.train_diarization
+PLDA_DIR = WEIGHTS_DIR / "plda"
+DIARIZATION_REPORT = WEIGHTS_DIR / "diarization.json"  # holds the tuned pipeline parameters
+TDT_WEIGHTS = WEIGHTS_DIR / "tiny-tdt.nemo"  # trained by batch_assets.training.train_asr
 
 DIARIZATION_PARAMS = {
     "segmentation": {"min_duration_off": 0.0},
@@ -73,6 +77,9 @@ def _cached(name: str, fingerprint: str, build: Callable[[pathlib.Path], None]) 
 
 
 def tiny_tdt_path() -> pathlib.Path:
+    """The trained tiny TDT shipped in the repo; before any training, a seeded random one built from config."""
+    if TDT_WEIGHTS.exists():
+        return TDT_WEIGHTS
     from batch_assets.models.tiny_asr import tiny_tdt_config
 
     def build(folder: pathlib.Path) -> None:
@@ -98,13 +105,18 @@ def tiny_diarization_path() -> pathlib.Path:
         shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
         from pyannote.audio.core.task import Problem, Resolution, Specifications
 
-        torch.manual_seed(BUILTIN_SEED)
-        embedding = TinyXVector(dimension=EMBEDDING_DIMENSION).eval()
-        embedding.specifications = Specifications(
-            problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5
-        )
-        save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
-        write_plda(folder / "plda", EMBEDDING_DIMENSION)
+        if EMBEDDING_WEIGHTS.exists() and PLDA_DIR.exists():  # trained: the shipped default
+            (folder / "embedding").mkdir()
+            shutil.copyfile(EMBEDDING_WEIGHTS, folder / "embedding" / "pytorch_model.bin")
+            shutil.copytree(PLDA_DIR, folder / "plda")
+        else:  # before any training: seeded random embeddings and a neutral PLDA
+            torch.manual_seed(BUILTIN_SEED)
+            embedding = TinyXVector(dimension=EMBEDDING_DIMENSION).eval()
+            embedding.specifications = Specifications(
+                problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5
+            )
+            save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+            write_plda(folder / "plda", EMBEDDING_DIMENSION)
         config = {
             "pipeline": {
                 "name": "pyannote.audio.pipelines.SpeakerDiarization",
@@ -117,19 +129,27 @@ def tiny_diarization_path() -> pathlib.Path:
                     "embedding_exclude_overlap": True,
                 },
             },
-            "params": DIARIZATION_PARAMS,
+            "params": diarization_params(),
         }
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
+    trained = [p for p in (EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz", PLDA_DIR / "xvec_transform.npz", DIARIZATION_REPORT) if p.exists()]
     fingerprint = _fingerprint(
         SEGMENTATION_WEIGHTS,
+        *trained,
         tiny_segmentation.ARCHITECTURE,
-        DIARIZATION_PARAMS,
+        diarization_params(),
         EMBEDDING_DIMENSION,
         BUILTIN_SEED,
         "embedding-v1",
     )
     return _cached("tiny-diarization", fingerprint, build)
+
+
+def diarization_params() -> dict:
+    if DIARIZATION_REPORT.exists():
+        return json.loads(DIARIZATION_REPORT.read_text())["params"]
+    return DIARIZATION_PARAMS
 
 
 def resolve(name: str) -> pathlib.Path:

@@ -1,9 +1,10 @@
 """The tiny powerset segmentation model: a PyanNet shaped like segmentation-3.0, but small.
 
-Same problem specification as production (10 s chunks, 3 local speakers, at most 2 at once, i.e. 7
-powerset classes), so the diarization pipeline treats it exactly like the real thing. A purely random
-PyanNet predicts one constant class everywhere, so the shipped default is this architecture fitted
-briefly on synthetic speech by `scripts/fit_segmentation.py` (weights in `weights/segmentation.bin`).
+Same problem shape as production (3 local speakers, at most 2 at once, i.e. 7 powerset classes), so the
+diarization pipeline treats it exactly like the real thing; the shipped model uses 5 s chunks (its
+checkpoint carries the specification). A purely random PyanNet predicts one constant class everywhere,
+so the shipped default is this architecture trained on synthetic dialogues by
+`batch_assets.training.train_diarization` (weights in `weights/segmentation.bin`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ ARCHITECTURE = {
 }
 
 
-def specifications() -> Specifications:
+def specifications(duration: float = CHUNK_DURATION_S) -> Specifications:
     return Specifications(
         problem=Problem.MONO_LABEL_CLASSIFICATION,
         resolution=Resolution.FRAME,
-        duration=CHUNK_DURATION_S,
-        min_duration=CHUNK_DURATION_S,
+        duration=duration,
+        min_duration=duration,
         warm_up=(0.0, 0.0),
         classes=[f"speaker#{i + 1}" for i in range(LOCAL_SPEAKERS)],
         powerset_max_classes=POWERSET_MAX,
@@ -35,8 +36,8 @@ def specifications() -> Specifications:
     )
 
 
-def build_segmentation() -> PyanNet:
+def build_segmentation(duration: float = CHUNK_DURATION_S) -> PyanNet:
     model = PyanNet(sample_rate=16000, num_channels=1, **ARCHITECTURE)
-    model.specifications = specifications()
+    model.specifications = specifications(duration)
     model.build()
     return model

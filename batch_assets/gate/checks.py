@@ -1,0 +1,78 @@
+"""Asset checks on `transcripts`, for every partition.
+
+- every unit of `fetched_audio` is accounted for exactly once in `transcripts`;
+- no words on silent units;
+- when a baseline storage root is configured (`BATCH_ASSETS_BASELINE_URL`, or the `baseline` resource),
+  the gate against the baseline's outputs for the same partition.
+"""
+
+import os
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from batch_assets.gate.compare import gate
+from batch_assets.partitions import daily_partitions
+from batch_assets.storage import StorageResource
+
+
+class BaselineResource(dg.ConfigurableResource):
+    """Where a baseline run's outputs live (an fsspec storage root); empty means no baseline."""
+
+    storage_url: str = Field(default=os.environ.get("BATCH_ASSETS_BASELINE_URL", ""))
+
+    def storage_like(self, storage: StorageResource) -> StorageResource | None:
+        if not self.storage_url:
+            return None
+        return storage.model_copy(update={"storage_url": self.storage_url})
+
+
+@dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
+                description="Every fetched_audio unit appears exactly once in transcripts")
+def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    partition = context.partition_key
+    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    units = storage.read_parquet("transcripts", partition, "units")
+    expected, found = set(manifest["unit_id"]), units["unit_id"].to_list()
+    duplicates = sorted({u for u in found if found.count(u) > 1})
+    missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
+    return dg.AssetCheckResult(
+        passed=not (duplicates or missing or extra),
+        metadata={"units": len(expected), "missing": missing[:20], "extra": extra[:20], "duplicates": duplicates[:20]},
+    )
+
+
+@dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
+                description="No words on units classed silent")
+def no_words_on_silent_units(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    partition = context.partition_key
+    units = storage.read_parquet("transcripts", partition, "units")
+    words = storage.read_parquet("transcripts", partition, "words")
+    silent = units.filter(pl.col("result_class") == "silent")["unit_id"]
+    offending = words.filter(pl.col("unit_id").is_in(silent.implode()))
+    return dg.AssetCheckResult(
+        passed=offending.is_empty(),
+        metadata={"silent_units": len(silent), "words_on_silent_units": offending.height},
+    )
+
+
+@dg.asset_check(asset="transcripts", partitions_def=daily_partitions,
+                description="The gate against a baseline run's outputs, when a baseline storage root is configured")
+def gate_against_baseline(
+    context: dg.AssetCheckExecutionContext, storage: StorageResource, baseline: BaselineResource
+) -> dg.AssetCheckResult:
+    partition = context.partition_key
+    baseline_storage = baseline.storage_like(storage)
+    if baseline_storage is None:
+        return dg.AssetCheckResult(passed=True, metadata={"baseline": "none configured (BATCH_ASSETS_BASELINE_URL)"})
+    result = gate(baseline_storage, storage, [partition])
+    return dg.AssetCheckResult(
+        passed=result.passed,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```")}
+        | {k: v for k, v in result.as_dict().items() if k != "partitions"},
+    )
+
+
+transcripts_checks = [units_accounted_for, no_words_on_silent_units, gate_against_baseline]

@@ -1,0 +1,197 @@
+"""Compare a candidate run's outputs with a baseline run's for the same partitions.
+
+Bars (all must hold):
+- word edit rate (normalised words, all units, candidate vs baseline) <= 1%
+- speaker agreement (share of aligned, identical words whose speaker agrees after the optimal one-to-one
+  label mapping per unit) >= 0.97
+- no lost speech: baseline VAD speech not covered by the candidate's VAD <= max(0.5 s, 0.5%) of it
+- no result-class changes (a unit missing on either side counts as a change)
+- no words on silent units
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import polars as pl
+
+MAX_WORD_EDIT_RATE = 0.01
+MIN_SPEAKER_AGREEMENT = 0.97
+LOST_SPEECH_TOLERANCE_S = 0.5
+LOST_SPEECH_TOLERANCE_SHARE = 0.005
+_PUNCT = re.compile(r"[^\w\s']")
+
+
+def normalise(word: str) -> str:
+    return _PUNCT.sub("", word.lower()).strip()
+
+
+@dataclasses.dataclass
+class GateResult:
+    partitions: list[str]
+    units: int = 0
+    baseline_words: int = 0
+    word_edits: int = 0
+    aligned_words: int = 0
+    speaker_agreeing: int = 0
+    baseline_speech_s: float = 0.0
+    lost_speech_s: float = 0.0
+    class_changes: list[str] = dataclasses.field(default_factory=list)
+    words_on_silent_units: int = 0
+
+    @property
+    def word_edit_rate(self) -> float:
+        return self.word_edits / self.baseline_words if self.baseline_words else float(self.word_edits > 0)
+
+    @property
+    def speaker_agreement(self) -> float:
+        return self.speaker_agreeing / self.aligned_words if self.aligned_words else 1.0
+
+    @property
+    def lost_speech_allowed_s(self) -> float:
+        return max(LOST_SPEECH_TOLERANCE_S, LOST_SPEECH_TOLERANCE_SHARE * self.baseline_speech_s)
+
+    def bars(self) -> list[tuple[str, str, str, bool]]:
+        return [
+            ("word edit rate", f"{self.word_edit_rate:.4f}", f"<= {MAX_WORD_EDIT_RATE}", self.word_edit_rate <= MAX_WORD_EDIT_RATE),
+            ("speaker agreement", f"{self.speaker_agreement:.4f}", f">= {MIN_SPEAKER_AGREEMENT}",
+             self.speaker_agreement >= MIN_SPEAKER_AGREEMENT),
+            ("lost speech s", f"{self.lost_speech_s:.2f}", f"<= {self.lost_speech_allowed_s:.2f}",
+             self.lost_speech_s <= self.lost_speech_allowed_s),
+            ("result-class changes", str(len(self.class_changes)), "== 0", not self.class_changes),
+            ("words on silent units", str(self.words_on_silent_units), "== 0", self.words_on_silent_units == 0),
+        ]
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for *_, ok in self.bars())
+
+    def table(self) -> str:
+        lines = [f"gate over {', '.join(self.partitions)}: {self.units} units, {self.baseline_words} baseline words",
+                 f"{'bar':24s} {'value':>10s} {'needs':>10s}  result"]
+        lines += [f"{name:24s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}" for name, value, need, ok in self.bars()]
+        lines += [f"  class change: {c}" for c in self.class_changes[:20]]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {"partitions": self.partitions, "units": self.units, "word_edit_rate": self.word_edit_rate,
+                "speaker_agreement": self.speaker_agreement, "lost_speech_s": self.lost_speech_s,
+                "class_changes": self.class_changes, "words_on_silent_units": self.words_on_silent_units,
+                "passed": self.passed}
+
+
+def _align(ref: list[str], hyp: list[str]) -> tuple[int, list[tuple[int, int]]]:
+    """Levenshtein distance and the index pairs of identical aligned words."""
+    n, m = len(ref), len(hyp)
+    dist = np.zeros((n + 1, m + 1), dtype=np.int32)
+    dist[:, 0] = np.arange(n + 1)
+    dist[0, :] = np.arange(m + 1)
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            dist[i, j] = min(dist[i - 1, j] + 1, dist[i, j - 1] + 1, dist[i - 1, j - 1] + (ref[i - 1] != hyp[j - 1]))
+    pairs, i, j = [], n, m
+    while i > 0 and j > 0:
+        if ref[i - 1] == hyp[j - 1] and dist[i, j] == dist[i - 1, j - 1]:
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif dist[i, j] == dist[i - 1, j - 1] + 1:
+            i, j = i - 1, j - 1
+        elif dist[i, j] == dist[i - 1, j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return int(dist[n, m]), pairs[::-1]
+
+
+def _mapped_agreement(pairs_speakers: list[tuple[str | None, str | None]]) -> int:
+    from scipy.optimize import linear_sum_assignment
+
+    if not pairs_speakers:
+        return 0
+    base = sorted({str(a) for a, _ in pairs_speakers})
+    cand = sorted({str(b) for _, b in pairs_speakers})
+    counts = np.zeros((len(base), len(cand)))
+    for a, b in pairs_speakers:
+        counts[base.index(str(a)), cand.index(str(b))] += 1
+    rows, cols = linear_sum_assignment(-counts)
+    return int(counts[rows, cols].sum())
+
+
+def _uncovered(base: list[tuple[float, float]], cand: list[tuple[float, float]]) -> float:
+    """Seconds of `base` intervals not covered by the union of `cand` intervals."""
+    cand = sorted(cand)
+    lost = 0.0
+    for start, end in base:
+        covered, cursor = 0.0, start
+        for c_start, c_end in cand:
+            if c_end <= cursor:
+                continue
+            if c_start >= end:
+                break
+            lo, hi = max(cursor, c_start), min(end, c_end)
+            if hi > lo:
+                covered += hi - lo
+                cursor = hi
+        lost += (end - start) - covered
+    return lost
+
+
+def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame], candidate: dict[str, pl.DataFrame]) -> None:
+    b_units = {r["unit_id"]: r for r in baseline["units"].iter_rows(named=True)}
+    c_units = {r["unit_id"]: r for r in candidate["units"].iter_rows(named=True)}
+    for uid in sorted(set(b_units) | set(c_units)):
+        b_class = b_units.get(uid, {}).get("result_class", "<missing>")
+        c_class = c_units.get(uid, {}).get("result_class", "<missing>")
+        if b_class != c_class:
+            result.class_changes.append(f"{uid}: {b_class} -> {c_class}")
+    result.units += len(b_units)
+
+    def words_of(frame, uid):
+        rows = frame.filter(pl.col("unit_id") == uid).sort("word_index")
+        return [normalise(w) for w in rows["word"]], rows["speaker"].to_list()
+
+    for uid in b_units:
+        b_words, b_speakers = words_of(baseline["words"], uid)
+        c_words, c_speakers = words_of(candidate["words"], uid)
+        keep_b = [i for i, w in enumerate(b_words) if w]
+        keep_c = [i for i, w in enumerate(c_words) if w]
+        b_words, b_speakers = [b_words[i] for i in keep_b], [b_speakers[i] for i in keep_b]
+        c_words, c_speakers = [c_words[i] for i in keep_c], [c_speakers[i] for i in keep_c]
+        edits, pairs = _align(b_words, c_words)
+        result.baseline_words += len(b_words)
+        result.word_edits += edits
+        result.aligned_words += len(pairs)
+        result.speaker_agreeing += _mapped_agreement([(b_speakers[i], c_speakers[j]) for i, j in pairs])
+
+    for uid, row in c_units.items():
+        if row["result_class"] == "silent":
+            result.words_on_silent_units += candidate["words"].filter(pl.col("unit_id") == uid).height
+    for uid, row in b_units.items():
+        if row["result_class"] == "silent" and uid in c_units and c_units[uid]["result_class"] != "silent":
+            result.words_on_silent_units += candidate["words"].filter(pl.col("unit_id") == uid).height
+
+    def regions(frame, uid):
+        rows = frame.filter(pl.col("unit_id") == uid)
+        return list(zip(rows["start_s"].to_list(), rows["end_s"].to_list(), strict=True))
+
+    for uid in b_units:
+        base = regions(baseline["regions"], uid)
+        result.baseline_speech_s += sum(e - s for s, e in base)
+        result.lost_speech_s += _uncovered(base, regions(candidate["regions"], uid))
+
+
+def read_outputs(storage, partition: str) -> dict[str, pl.DataFrame]:
+    return {
+        "units": storage.read_parquet("transcripts", partition, "units"),
+        "words": storage.read_parquet("transcripts", partition, "words"),
+        "regions": storage.read_parquet("vad_scores", partition, "regions"),
+    }
+
+
+def gate(baseline_storage, candidate_storage, partitions: list[str]) -> GateResult:
+    result = GateResult(partitions=list(partitions))
+    for partition in partitions:
+        compare_partition(result, read_outputs(baseline_storage, partition), read_outputs(candidate_storage, partition))
+    return result

@@ -1,0 +1,210 @@
+"""Train the tiny TDT model on synthetic speech, on CPU, and ship it as `builtin:tiny-tdt`.
+
+    .venv/bin/python -m batch_assets.training.train_asr [--minutes 30]
+
+Seeded end to end. Steps: sentences of common English words (disjoint train/val/test), espeak-ng
+speech (training voices; plus a test split in voices never heard in training), a sentencepiece BPE
+tokenizer trained on the training text (the production models' path, `EncDecRNNTBPEModel`, which also
+avoids NeMo 3.0.0's character-vocabulary TDT text bug), a ~1 M-parameter FastConformer-TDT trained with
+the vectorised CPU TDT loss (`tdt_loss.py`) until the time budget runs out, keeping the checkpoint with
+the best validation WER. Writes `batch_assets/models/weights/tiny-tdt.nemo` and a JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from batch_assets.training.corpus import HELD_OUT_VOICES, make_sentences, synthesize, train_voices
+from batch_assets.training.tdt_loss import tdt_loss
+
+WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "models" / "weights"
+DURATIONS = [0, 1, 2, 3, 4]
+
+
+def model_config(tokenizer_dir: str, d_model: int = 96, layers: int = 4) -> dict:
+    return {
+        "sample_rate": 16000,
+        "tokenizer": {"dir": tokenizer_dir, "type": "bpe"},
+        "model_defaults": {"enc_hidden": d_model, "pred_hidden": 128, "joint_hidden": 128,
+                           "tdt_durations": DURATIONS, "num_tdt_durations": len(DURATIONS)},
+        "preprocessor": {
+            "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor", "sample_rate": 16000,
+            "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01, "window": "hann",
+            "features": 64, "n_fft": 512, "frame_splicing": 1, "dither": 1e-5, "pad_to": 0,
+        },
+        "spec_augment": {"_target_": "nemo.collections.asr.modules.SpectrogramAugmentation",
+                         "freq_masks": 2, "time_masks": 2, "freq_width": 12, "time_width": 0.05},
+        "encoder": {
+            "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": 64, "feat_out": -1,
+            "n_layers": layers, "d_model": d_model, "subsampling": "dw_striding", "subsampling_factor": 8,
+            "subsampling_conv_channels": 96, "ff_expansion_factor": 4, "self_attention_model": "rel_pos",
+            "n_heads": 4, "att_context_size": [-1, -1], "xscaling": True, "untie_biases": True,
+            "pos_emb_max_len": 5000, "conv_kernel_size": 9, "conv_norm_type": "batch_norm",
+            "dropout": 0.1, "dropout_pre_encoder": 0.1, "dropout_emb": 0.0, "dropout_att": 0.1,
+        },
+        "decoder": {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
+                    "random_state_sampling": False, "blank_as_pad": True,
+                    "prednet": {"pred_hidden": 128, "pred_rnn_layers": 1, "t_max": None, "dropout": 0.1}},
+        "joint": {"_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None, "preserve_memory": False,
+                  "fuse_loss_wer": False, "fused_batch_size": 4,
+                  "jointnet": {"joint_hidden": 128, "activation": "relu", "dropout": 0.1},
+                  "num_extra_outputs": len(DURATIONS)},
+        "decoding": {"strategy": "greedy_batch", "model_type": "tdt", "durations": DURATIONS,
+                     "greedy": {"max_symbols": 10, "use_cuda_graph_decoder": True}},
+        "loss": {"loss_name": "tdt", "tdt_kwargs": {"fastemit_lambda": 0.0, "clamp": -1.0, "durations": DURATIONS,
+                                                    "sigma": 0.02, "omega": 0.1}},
+        "train_ds": None, "validation_ds": None, "test_ds": None,
+        "optim": {"name": "adamw", "lr": 1e-3},
+    }
+
+
+def train_tokenizer(sentences: list[str], folder: pathlib.Path, vocab: int) -> None:
+    import sentencepiece as spm
+
+    text = folder / "text.txt"
+    text.write_text("\n".join(sentences) + "\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(folder / "tokenizer"), vocab_size=vocab,
+                                   model_type="bpe", character_coverage=1.0, bos_id=-1, eos_id=-1,
+                                   num_threads=1)
+    (folder / "vocab.txt").write_text("\n".join(
+        line.split("\t")[0] for line in (folder / "tokenizer.vocab").read_text().splitlines()) + "\n")
+
+
+def wer(model, utterances, batch_size: int = 32) -> float:
+    import jiwer
+
+    model.eval()
+    with torch.no_grad():
+        hyps = model.transcribe([u.audio for u in utterances], batch_size=batch_size, verbose=False)
+    texts = [h.text if hasattr(h, "text") else str(h) for h in hyps]
+    return float(jiwer.wer([u.text for u in utterances], [t.strip() or "<empty>" for t in texts]))
+
+
+def batches(utterances, batch_size: int, rng: np.random.Generator):
+    order = np.argsort([len(u.audio) for u in utterances])
+    groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(groups)
+    return groups
+
+
+def main() -> None:
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from omegaconf import OmegaConf
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--train", type=int, default=2600)
+    parser.add_argument("--val", type=int, default=120)
+    parser.add_argument("--test", type=int, default=200)
+    parser.add_argument("--vocab", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS / "tiny-tdt.nemo")
+    parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (same data, same tokenizer)")
+    parser.add_argument("--warmup", type=int, default=300)
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    started = time.time()
+
+    sentences = make_sentences(args.train + args.val + args.test, rng)
+    train_s, val_s, test_s = sentences[: args.train], sentences[args.train : args.train + args.val], sentences[args.train + args.val :]
+    voices = train_voices()
+    train = synthesize(train_s, voices, seed=args.seed * 10 + 1)
+    val = synthesize(val_s, voices, seed=args.seed * 10 + 2)
+    test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
+    unseen = synthesize(test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 4)
+    hours = sum(len(u.audio) for u in train) / 16000 / 3600
+    print(f"synthesised {len(train)} training utterances ({hours:.2f} h) in {time.time() - started:.0f} s", flush=True)
+
+    if args.init:
+        model = EncDecRNNTBPEModel.restore_from(str(args.init), map_location="cpu")
+    else:
+        work = pathlib.Path(tempfile.mkdtemp(prefix="tiny-tdt-"))
+        train_tokenizer(train_s, work, args.vocab)
+        model = EncDecRNNTBPEModel(cfg=OmegaConf.create(model_config(str(work))))
+    params = sum(p.numel() for p in model.parameters())
+    blank = model.decoder.blank_idx
+    print(f"model: {params / 1e6:.2f} M parameters, vocabulary {model.tokenizer.vocab_size}, blank {blank}", flush=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-3)
+    budget_s = args.minutes * 60
+    warmup = args.warmup
+    est_steps = int(budget_s * 3)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        return args.lr * max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, step / est_steps))))
+
+    tokens = [model.tokenizer.text_to_ids(u.text) for u in train]
+    best, best_state, history, step, epoch = float("inf"), None, [], 0, 0
+    if args.init:  # the starting point is a candidate too
+        best = wer(model, val)
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        print(json.dumps({"init": str(args.init), "val_wer": best}), flush=True)
+    train_started = time.time()
+    while time.time() - train_started < budget_s:
+        epoch += 1
+        model.train()
+        losses = []
+        for group in batches(train, args.batch, rng):
+            if time.time() - train_started >= budget_s:
+                break
+            audio = [train[i].audio for i in group]
+            lengths = torch.tensor([len(a) for a in audio])
+            signal = torch.zeros(len(audio), int(lengths.max()))
+            for row, a in enumerate(audio):
+                signal[row, : len(a)] = torch.from_numpy(a)
+            targets_list = [tokens[i] for i in group]
+            target_lengths = torch.tensor([len(t) for t in targets_list])
+            targets = torch.zeros(len(group), int(target_lengths.max()), dtype=torch.long)
+            for row, t in enumerate(targets_list):
+                targets[row, : len(t)] = torch.tensor(t)
+            encoded, encoded_len = model.forward(input_signal=signal, input_signal_length=lengths)
+            decoded, _, _ = model.decoder(targets=targets, target_length=target_lengths)
+            joint = model.joint(encoder_outputs=encoded, decoder_outputs=decoded)
+            loss = tdt_loss(joint, targets, encoded_len, target_lengths, DURATIONS, blank=blank, sigma=0.02)
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(step)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            step += 1
+        val_wer = wer(model, val)
+        history.append({"epoch": epoch, "step": step, "loss": float(np.mean(losses)) if losses else None,
+                        "val_wer": val_wer, "minutes": (time.time() - train_started) / 60})
+        print(json.dumps(history[-1]), flush=True)
+        if val_wer < best:
+            best = val_wer
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    model.eval()
+    report = {
+        "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train),
+        "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
+        "val_wer": best, "test_wer": wer(model, test), "test_wer_unseen_voices": wer(model, unseen),
+        "unseen_voices": HELD_OUT_VOICES, "history": history, "seed": args.seed,
+        "continued_from": str(args.init) if args.init else None,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    model.save_to(str(args.out))
+    report["size_mb"] = args.out.stat().st_size / 1e6
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""Train the tiny diarization models on synthetic dialogues, on CPU, and ship them as `builtin:tiny-diarization`.
+
+    .venv/bin/python -m batch_assets.training.train_diarization [--embedding-minutes 6] [--segmentation-minutes 15]
+
+Seeded. Steps:
+1. Speakers: espeak-ng accents x voice variants, each with a fixed pitch and rate; most for training,
+   the rest held out (validation and test dialogues use only held-out speakers).
+2. Speaker embedding: `TinyXVector` trained with an additive-margin softmax on 2 s crops.
+3. PLDA: centring + LDA + a two-covariance PLDA fitted on the training speakers' embeddings, written in
+   the two-file format pyannote's VBx clustering loads.
+4. Segmentation: the powerset PyanNet trained with permutation-invariant cross-entropy on chunks of
+   synthetic dialogue (pauses, overlaps, 1-3 speakers per chunk), starting from the shipped weights.
+5. Pipeline: the clustering threshold / VBx factors are picked on validation dialogues by DER, then DER is
+   measured on test dialogues (collar 0.5 s in pyannote's terms: +-0.25 s around each boundary).
+Writes `batch_assets/models/weights/{segmentation.bin, embedding.bin, plda/, diarization.json}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import pathlib
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from batch_assets.models.environment import quiet_model_libraries
+from batch_assets.training.corpus import RATE
+from batch_assets.training.speakers import dialogue, make_speakers, utterance_pool
+
+quiet_model_libraries()
+WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "models" / "weights"
+DEFAULT_PARAMS = {"segmentation": {"min_duration_off": 0.0}, "clustering": {"threshold": 0.6, "Fa": 0.07, "Fb": 0.8}}
+
+
+# -- speaker embedding -----------------------------------------------------------------------------
+def crop(clip: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
+    if len(clip) >= samples:
+        start = int(rng.integers(0, len(clip) - samples + 1))
+        return clip[start : start + samples]
+    return np.pad(clip, (0, samples - len(clip)))
+
+
+def train_embedding(pool, names, minutes: float, rng, dimension: int = 64, batch: int = 64):
+    from batch_assets.models.tiny_embedding import TinyXVector
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    model = TinyXVector(dimension=dimension)
+    model.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5)
+    head = torch.nn.Parameter(torch.randn(len(names), dimension) * 0.01)
+    optimizer = torch.optim.Adam(list(model.parameters()) + [head], lr=2e-3)
+    scale, margin = 30.0, 0.2
+    started, step = time.time(), 0
+    model.train()
+    while time.time() - started < minutes * 60:
+        labels = rng.integers(0, len(names), size=batch)
+        x = np.stack([crop(pool[names[k]][int(rng.integers(len(pool[names[k]])))], 2 * RATE, rng) for k in labels])
+        x = x * rng.uniform(0.3, 1.0, size=(batch, 1)) + rng.normal(0, rng.uniform(0.0005, 0.005), size=x.shape)
+        emb = F.normalize(model(torch.from_numpy(x.astype(np.float32))[:, None, :]), dim=-1)
+        cos = emb @ F.normalize(head, dim=-1).T
+        target = torch.from_numpy(labels)
+        logits = scale * (cos - margin * F.one_hot(target, len(names)))
+        loss = F.cross_entropy(logits, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step % 100 == 0:
+            acc = (cos.argmax(-1) == target).float().mean().item()
+            print(f"embedding step {step} loss {loss.item():.3f} acc {acc:.2f} ({time.time() - started:.0f} s)", flush=True)
+    return model.eval(), step
+
+
+def embed(model, clips: list[np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        return np.concatenate([model(torch.from_numpy(c[None, None, :].astype(np.float32))).numpy() for c in clips])
+
+
+def equal_error_rate(emb: np.ndarray, labels: np.ndarray) -> float:
+    e = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    scores = e @ e.T
+    same = labels[:, None] == labels[None, :]
+    iu = np.triu_indices(len(labels), 1)
+    s, y = scores[iu], same[iu]
+    thresholds = np.quantile(s, np.linspace(0, 1, 400))
+    far = np.array([(s[~y] >= t).mean() for t in thresholds])
+    frr = np.array([(s[y] < t).mean() for t in thresholds])
+    i = int(np.argmin(np.abs(far - frr)))
+    return float((far[i] + frr[i]) / 2)
+
+
+# -- PLDA ------------------------------------------------------------------------------------------
+def l2(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def fit_plda(emb: np.ndarray, labels: np.ndarray, lda_dim: int, folder: pathlib.Path) -> None:
+    """Centre, LDA, then a two-covariance PLDA, in the files pyannote's `vbx_setup` reads."""
+    from scipy.linalg import eigh
+
+    D = emb.shape[1]
+    mean1 = emb.mean(axis=0)
+    x = np.sqrt(D) * l2(emb - mean1)
+    classes = np.unique(labels)
+    mu = x.mean(axis=0)
+    Sw = sum(np.cov((x[labels == c] - x[labels == c].mean(0)).T, bias=True) * (labels == c).sum() for c in classes) / len(x)
+    Sb = sum(np.outer(x[labels == c].mean(0) - mu, x[labels == c].mean(0) - mu) for c in classes) / len(classes)
+    vals, vecs = eigh(Sb, Sw + 1e-6 * np.eye(D))
+    lda = vecs[:, ::-1][:, :lda_dim]
+    y = x @ lda
+    mean2 = y.mean(axis=0)
+    z = np.sqrt(lda_dim) * l2(y - mean2)
+    plda_mu = z.mean(axis=0)
+    zc = z - plda_mu
+    W = sum(np.cov((zc[labels == c] - zc[labels == c].mean(0)).T, bias=True) * (labels == c).sum() for c in classes) / len(zc)
+    B = np.cov(np.stack([zc[labels == c].mean(0) for c in classes]).T, bias=True)
+    psi, V = eigh(B, W + 1e-6 * np.eye(lda_dim))  # V.T W V = I, V.T B V = diag(psi)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "xvec_transform.npz", mean1=mean1, mean2=mean2, lda=lda)
+    np.savez(folder / "plda.npz", mu=plda_mu, tr=V.T, psi=np.maximum(psi, 1e-6))
+
+
+# -- segmentation ----------------------------------------------------------------------------------
+def frame_targets(model, turns, offset_s: float, seconds: float, local: int) -> np.ndarray:
+    frames = model.receptive_field
+    n = model.num_frames(int(seconds * RATE))
+    centers = frames.start + np.arange(n) * frames.step + frames.duration / 2 + offset_s
+    order = []
+    y = np.zeros((n, local), dtype=np.float32)
+    for name, start, end in sorted(turns, key=lambda t: t[1]):
+        active = (centers >= start) & (centers < end)
+        if not active.any():
+            continue
+        if name not in order:
+            if len(order) == local:
+                continue
+            order.append(name)
+        y[active, order.index(name)] = 1.0
+    return y
+
+
+def train_segmentation(pool, minutes: float, rng, duration: float, init: pathlib.Path | None, batch: int = 16):
+    from pyannote.audio.utils.powerset import Powerset
+
+    from batch_assets.models import tiny_segmentation as ts
+
+    model = ts.build_segmentation(duration)
+    if init is not None and init.exists():
+        state = torch.load(init, map_location="cpu", weights_only=False)["state_dict"]
+        model.load_state_dict(state)
+    powerset = Powerset(ts.LOCAL_SPEAKERS, ts.POWERSET_MAX)
+    perms = [list(p) for p in itertools.permutations(range(ts.LOCAL_SPEAKERS))]
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    n = int(duration * RATE)
+    started, step = time.time(), 0
+    model.train()
+    while time.time() - started < minutes * 60:
+        xs, ys = [], []
+        for _ in range(batch):
+            if rng.random() < 0.15:  # a silent room: noise only, no speaker
+                xs.append(rng.normal(0.0, rng.uniform(0.0003, 0.01), n).astype(np.float32))
+                ys.append(np.zeros((model.num_frames(n), ts.LOCAL_SPEAKERS), dtype=np.float32))
+                continue
+            audio, turns = dialogue(pool, rng, turns=(4, 8), overlap_p=0.15)
+            if len(audio) < n:
+                audio = np.pad(audio, (0, n - len(audio)))
+            start = int(rng.integers(0, len(audio) - n + 1))
+            xs.append(audio[start : start + n])
+            ys.append(frame_targets(model, turns, start / RATE, duration, ts.LOCAL_SPEAKERS))
+        x = torch.from_numpy(np.stack(xs))[:, None, :]
+        y = torch.from_numpy(np.stack(ys))
+        log_probs = model(x)
+        losses = [F.nll_loss(log_probs.transpose(1, 2), powerset.to_powerset(y[:, :, p]).argmax(-1), reduction="none").mean(1) for p in perms]
+        loss = torch.stack(losses, 1).min(1).values.mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step % 50 == 0:
+            print(f"segmentation step {step} loss {loss.item():.3f} ({time.time() - started:.0f} s)", flush=True)
+    return model.eval(), step
+
+
+# -- pipeline --------------------------------------------------------------------------------------
+def build_pipeline_folder(folder: pathlib.Path, segmentation, embedding, plda_dir: pathlib.Path, params: dict) -> None:
+    import yaml
+
+    from batch_assets.models.pyannote_checkpoint import save_checkpoint
+
+    save_checkpoint(segmentation, folder / "segmentation" / "pytorch_model.bin")
+    save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+    shutil.copytree(plda_dir, folder / "plda", dirs_exist_ok=True)
+    config = {"pipeline": {"name": "pyannote.audio.pipelines.SpeakerDiarization", "params": {
+        "segmentation": "$model/segmentation", "embedding": "$model/embedding", "plda": "$model/plda",
+        "clustering": "VBxClustering", "segmentation_step": 0.1, "embedding_exclude_overlap": True}}, "params": params}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def as_files(dialogues) -> list[dict]:
+    return [{"waveform": torch.from_numpy(audio)[None], "sample_rate": RATE, "uri": f"d{i}", "turns": turns}
+            for i, (audio, turns) in enumerate(dialogues)]
+
+
+def der(pipeline, files, collar: float = 0.5) -> float:
+    from pyannote.core import Annotation, Segment
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    metric = DiarizationErrorRate(collar=collar)
+    for file in files:
+        ref = Annotation(uri=file["uri"])
+        for name, start, end in file["turns"]:
+            ref[Segment(start, end)] = name
+        metric(ref, pipeline(file).speaker_diarization)
+    return float(abs(metric))
+
+
+def main() -> None:
+    from pyannote.audio import Pipeline
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--speakers", type=int, default=100)
+    parser.add_argument("--held-out", type=int, default=20)
+    parser.add_argument("--per-speaker", type=int, default=20)
+    parser.add_argument("--embedding-minutes", type=float, default=6.0)
+    parser.add_argument("--segmentation-minutes", type=float, default=15.0)
+    parser.add_argument("--duration", type=float, default=5.0, help="segmentation chunk seconds")
+    parser.add_argument("--dialogues", type=int, default=12, help="validation and test dialogues each")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS)
+    parser.add_argument("--init-segmentation", type=pathlib.Path, help="start the segmentation model from this checkpoint")
+    args = parser.parse_args()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+    started = time.time()
+    report: dict = {"seed": args.seed}
+
+    speakers = make_speakers(args.speakers, rng)
+    pool = utterance_pool(speakers, args.per_speaker, rng)
+    train_names = [s.name for s in speakers[: -args.held_out]]
+    held = [s.name for s in speakers[-args.held_out :]]
+    val_pool = {n: pool[n] for n in held[: len(held) // 2]}
+    test_pool = {n: pool[n] for n in held[len(held) // 2 :]}
+    train_pool = {n: pool[n] for n in train_names}
+    report["synthesis_s"] = time.time() - started
+    print(f"{len(speakers)} speakers, {sum(map(len, pool.values()))} utterances in {report['synthesis_s']:.0f} s", flush=True)
+
+    embedding, steps = train_embedding(train_pool, train_names, args.embedding_minutes, rng)
+    test_clips = [(n, c) for n in held for c in pool[n][:8]]
+    report["embedding"] = {"steps": steps, "parameters": sum(p.numel() for p in embedding.parameters()),
+                           "eer_held_out_speakers": equal_error_rate(embed(embedding, [c for _, c in test_clips]),
+                                                                     np.array([n for n, _ in test_clips]))}
+    print(json.dumps(report["embedding"]), flush=True)
+
+    train_clips = [(n, c) for n in train_names for c in pool[n]]
+    work = pathlib.Path(tempfile.mkdtemp(prefix="tiny-diarization-"))
+    fit_plda(embed(embedding, [c for _, c in train_clips]), np.array([n for n, _ in train_clips]), 32, work / "plda")
+
+    init = args.init_segmentation
+    seg_started = time.time()
+    segmentation, steps = train_segmentation(train_pool, args.segmentation_minutes, rng, args.duration, init)
+    report["segmentation"] = {"steps": steps, "minutes": (time.time() - seg_started) / 60, "chunk_s": args.duration,
+                              "parameters": sum(p.numel() for p in segmentation.parameters())}
+
+    val = as_files([dialogue(val_pool, rng) for _ in range(args.dialogues)])
+    test = as_files([dialogue(test_pool, rng) for _ in range(args.dialogues)])
+    build_pipeline_folder(work / "pipeline", segmentation, embedding, work / "plda", DEFAULT_PARAMS)
+    pipeline = Pipeline.from_pretrained(work / "pipeline")
+    pipeline.training = True  # pyannote caches segmentations and embeddings per file while tuning
+    best = None
+    for threshold, fa, fb in itertools.product([0.5, 0.6, 0.7, 0.8], [0.07, 0.3], [0.8, 3.0]):
+        params = {"segmentation": {"min_duration_off": 0.0}, "clustering": {"threshold": threshold, "Fa": fa, "Fb": fb}}
+        pipeline.instantiate(params)
+        value = der(pipeline, val)
+        print(f"threshold {threshold} Fa {fa} Fb {fb}: validation DER {value:.3f}", flush=True)
+        if best is None or value < best[0]:
+            best = (value, params)
+    report["params"], report["validation_der"] = best[1], best[0]
+    pipeline.training = False
+    pipeline.instantiate(best[1])
+    build_pipeline_folder(work / "pipeline", segmentation, embedding, work / "plda", best[1])
+    report["test_der_collar_0.5"] = der(pipeline, test, collar=0.5)
+    report["test_der_collar_0.25"] = der(pipeline, test, collar=0.25)
+    report["test_der_no_collar"] = der(pipeline, test, collar=0.0)
+    report["total_minutes"] = (time.time() - started) / 60
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(work / "pipeline" / "segmentation" / "pytorch_model.bin", args.out / "segmentation.bin")
+    shutil.copyfile(work / "pipeline" / "embedding" / "pytorch_model.bin", args.out / "embedding.bin")
+    shutil.copytree(work / "plda", args.out / "plda", dirs_exist_ok=True)
+    (args.out / "diarization.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

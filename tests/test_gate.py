@@ -1,0 +1,128 @@
+"""The gate passes identical runs and fails each kind of deliberately altered candidate."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from batch_assets.gate.compare import gate
+from batch_assets.partitions import SAMPLE_PARTITION as P
+from batch_assets.storage import StorageResource
+
+
+@pytest.fixture()
+def runs(sample_run, tmp_path):
+    _, storage = sample_run
+    baseline = tmp_path / "baseline"
+    candidate = tmp_path / "candidate"
+    shutil.copytree(storage.storage_url, baseline)
+    shutil.copytree(storage.storage_url, candidate)
+    return StorageResource(storage_url=str(baseline)), StorageResource(storage_url=str(candidate))
+
+
+def _rewrite(storage, asset, name, change):
+    frame = storage.read_parquet(asset, P, name)
+    storage.write_parquet(change(frame), asset, P, name)
+
+
+def _transcribed(storage) -> str:
+    units = storage.read_parquet("transcripts", P, "units")
+    return units.filter(pl.col("result_class") == "transcribed").sort("num_words", descending=True)["unit_id"][0]
+
+
+def test_identical_runs_pass(runs):
+    result = gate(*runs, [P])
+    assert result.passed, result.table()
+    assert result.word_edit_rate == 0.0 and result.speaker_agreement == 1.0 and result.lost_speech_s == 0.0
+
+
+def test_changed_words_fail(runs):
+    _, candidate = runs
+    _rewrite(candidate, "transcripts", "words",
+             lambda f: f.with_columns(pl.when(pl.col("word_index") % 10 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
+    result = gate(*runs, [P])
+    assert not result.passed and result.word_edit_rate > 0.01
+
+
+def test_swapped_speakers_fail(runs):
+    _, candidate = runs
+    uid = _transcribed(candidate)
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when((pl.col("unit_id") == uid) & (pl.col("word_index") % 4 == 1)).then(pl.lit("SPEAKER_99"))
+        .otherwise(pl.col("speaker")).alias("speaker")))
+    result = gate(*runs, [P])
+    assert not result.passed and result.speaker_agreement < 0.97, result.table()
+
+
+def test_a_dropped_unit_fails(runs):
+    _, candidate = runs
+    uid = _transcribed(candidate)
+    _rewrite(candidate, "transcripts", "units", lambda f: f.filter(pl.col("unit_id") != uid))
+    result = gate(*runs, [P])
+    assert not result.passed and any("<missing>" in c for c in result.class_changes)
+
+
+def test_a_class_change_fails(runs):
+    _, candidate = runs
+    uid = _transcribed(candidate)
+    _rewrite(candidate, "transcripts", "units", lambda f: f.with_columns(
+        pl.when(pl.col("unit_id") == uid).then(pl.lit("failed")).otherwise(pl.col("result_class")).alias("result_class")))
+    result = gate(*runs, [P])
+    assert not result.passed and result.class_changes == [f"{uid}: transcribed -> failed"]
+
+
+def test_a_word_on_a_silent_unit_fails(runs):
+    _, candidate = runs
+    silent = candidate.read_parquet("transcripts", P, "units").filter(pl.col("result_class") == "silent")["unit_id"][0]
+    _rewrite(candidate, "transcripts", "words", lambda f: pl.concat([f, pl.DataFrame(
+        {"unit_id": [silent], "word_index": [0], "start_s": [1.0], "end_s": [1.2], "word": ["hello"], "speaker": ["SPEAKER_00"]},
+        schema=f.schema)]))
+    result = gate(*runs, [P])
+    assert not result.passed and result.words_on_silent_units == 1
+
+
+def test_lost_speech_fails(runs):
+    _, candidate = runs
+    _rewrite(candidate, "vad_scores", "regions", lambda f: f.with_columns((pl.col("end_s") - 0.5).alias("end_s")))
+    result = gate(*runs, [P])
+    assert not result.passed and result.lost_speech_s > result.lost_speech_allowed_s
+
+
+def test_command_line_exit_codes(runs):
+    baseline, candidate = runs
+    command = [sys.executable, "-m", "batch_assets.gate", "--baseline", baseline.storage_url,
+               "--candidate", candidate.storage_url, "--partition", P]
+    ok = subprocess.run(command, capture_output=True, text=True)
+    assert ok.returncode == 0 and "PASS" in ok.stdout and "FAIL" not in ok.stdout
+    _rewrite(candidate, "transcripts", "units", lambda f: f.head(1))
+    failed = subprocess.run(command, capture_output=True, text=True)
+    assert failed.returncode == 1 and "FAIL" in failed.stdout
+
+
+def _evaluations(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_asset_checks_run_in_materialize(sample_run):
+    result, _ = sample_run
+    assert _evaluations(result) == {"units_accounted_for": True, "no_words_on_silent_units": True, "gate_against_baseline": True}
+
+
+def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):
+    from batch_assets.gate.checks import BaselineResource
+
+    from .conftest import make_resources, materialize_partition
+
+    baseline, _ = runs
+    _rewrite(baseline, "transcripts", "words",
+             lambda f: f.with_columns(pl.when(pl.col("word_index") % 5 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
+    resources = make_resources(tmp_path / "new", lock_dir) | {"baseline": BaselineResource(storage_url=baseline.storage_url)}
+    result = materialize_partition(resources)
+    assert result.success  # the gate check is not blocking: the outputs are written and the failure is visible
+    evaluations = _evaluations(result)
+    assert evaluations["units_accounted_for"] and evaluations["no_words_on_silent_units"]
+    assert evaluations["gate_against_baseline"] is False
