@@ -44,7 +44,7 @@ else
   fi
 fi
 "${pip[@]}" install -q "$torch_spec" 2>&1 | grep -v "is ignored: it is neither" || true
-"$VENV/bin/python" -c "import torch" || { echo "install.sh: torch did not install" >&2; exit 1; }
+"$VENV/bin/python" -W ignore -c "import torch" 2>/dev/null || { echo "install.sh: torch did not install" >&2; exit 1; }
 
 # Constrain torch to the build just installed, plus the measured versions of everything else.
 torch_version=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
