@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.43, help="simulated storage latency per unit fetch (s)")
     parser.add_argument("--budget", type=float, default=1800.0, help="decode budget per flight (audio s)")
     parser.add_argument("--flight-units", type=int, default=8, help="most units per flight")
+    parser.add_argument("--prepare-workers", type=int, default=1, help="flights prepared concurrently")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--seed", type=int, default=0)
@@ -116,7 +117,8 @@ def main() -> None:
             root = work / f"run-{len(rows):02d}"
             for asset in ("fetched_audio", "prepared_flights"):
                 shutil.copytree(ingest_root / asset, root / asset)
-            config = dict(zip(LEVERS, switches, strict=True)) | {"decode_budget_seconds": args.budget}
+            config = dict(zip(LEVERS, switches, strict=True)) | {"decode_budget_seconds": args.budget,
+                                                                  "prepare_workers": args.prepare_workers}
             storage = storage_at(root)
             started = time.perf_counter()
             result = dg.materialize(all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"), partition_key=PARTITION,

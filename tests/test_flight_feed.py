@@ -32,9 +32,9 @@ class Recorder:
             self.live.discard(flight_id)
 
 
-def _run(flights, prepare_ahead, budget, stop_after=None):
+def _run(flights, prepare_ahead, budget, stop_after=None, workers=1):
     rec = Recorder(dict(flights))
-    feed = FlightFeed(flights, rec.load, prepare_ahead=prepare_ahead, budget_s=budget)
+    feed = FlightFeed(flights, rec.load, prepare_ahead=prepare_ahead, budget_s=budget, workers=workers)
     seen = []
     for flight_id, _ in feed:
         time.sleep(0.03)  # the section works on it
@@ -51,6 +51,13 @@ def test_prepared_ahead_never_exceeds_budget_and_order_is_kept():
     assert seen == [f for f, _ in flights]
     assert rec.max_live_s <= 1800
     assert feed.max_ahead_s <= 1800
+
+
+def test_concurrent_preparation_keeps_order_and_budget():
+    flights = [(f"f{i}", s) for i, s in enumerate([300, 200, 400, 100, 600, 300, 200, 500])]
+    rec, feed, seen = _run(flights, prepare_ahead=True, budget=1000, workers=3)
+    assert seen == [f for f, _ in flights]
+    assert rec.max_live_s <= 1000 and feed.max_ahead_s <= 1000
 
 
 def test_a_flight_larger_than_the_budget_still_flows_one_at_a_time():

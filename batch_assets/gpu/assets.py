@@ -55,6 +55,7 @@ class GpuSectionConfig(dg.Config):
         description="NeMo TDT greedy decoding with CUDA graphs (eager on CPU, recorded)",
     )
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
+    prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
 
 def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> str:
@@ -108,6 +109,7 @@ def gpu_section(
         load=lambda flight_id: storage.read_flight(audio_uris[flight_id], unit_counts[flight_id]),
         prepare_ahead=config.prepare_flight_enabled,
         budget_s=config.decode_budget_seconds,
+        workers=config.prepare_workers,
     )
     with gpu.section() as waited:
         entered, entered_unix = time.perf_counter(), time.time()

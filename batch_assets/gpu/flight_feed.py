@@ -22,11 +22,13 @@ class FlightFeed:
         load: Callable[[str], np.ndarray],
         prepare_ahead: bool,
         budget_s: float,
+        workers: int = 1,
     ):
         self.flights = flights
         self.load = load
         self.prepare_ahead = prepare_ahead
         self.budget_s = budget_s
+        self.workers = max(1, workers)  # flights prepared concurrently (still never more than the budget ahead)
         self.max_ahead_s = 0.0
         self.load_wait_s = 0.0
 
@@ -42,7 +44,7 @@ class FlightFeed:
             return
         pending: collections.deque = collections.deque()
         upcoming = collections.deque(self.flights)
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare-flight")
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="prepare-flight")
         try:
             while upcoming or pending:
                 ahead = sum(seconds for _, seconds, _ in pending)
