@@ -155,6 +155,7 @@ def gpu_section(
         "vad_seconds": round(stats.seconds["vad"], 3),
         "diarization_seconds": round(stats.seconds["diarization"], 3),
         "asr_seconds": round(stats.seconds["asr"], 3),
+        "asr_batch_retries": stats.asr_batch_retries,
         "flight_load_wait_seconds": round(feed.load_wait_s, 3),
         "max_prepared_ahead_seconds": round(feed.max_ahead_s, 1),
         "segmentation_forwards": models.segmentation_forwards[0] - forwards_before,

@@ -42,6 +42,7 @@ class SectionStats:
     segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # segmentation model forwards: by VAD (all units, and units that went on to diarization), by diarization
     segmentation_forwards: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
 
 
 def _timed(stats: SectionStats, stage: str):
@@ -106,7 +107,8 @@ def process_flight(
             words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
         except DecoderModeError:
             raise
-        except Exception as error:  # the batch failed: retry unit by unit so one bad unit stays one
+        except Exception:  # the batch failed: retry unit by unit so one bad unit stays one
+            stats.asr_batch_retries += 1
             words = []
             for uid in waveforms:
                 try:
@@ -114,8 +116,6 @@ def process_flight(
                 except Exception as unit_error:
                     outcomes[uid].result_class = ResultClass.FAILED
                     outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
-            stats.seconds["asr_batch_failures"] += 1
-            del error
         stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
 
     by_unit: dict[str, list[Word]] = collections.defaultdict(list)
