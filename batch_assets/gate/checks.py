@@ -6,6 +6,7 @@
   the gate against the baseline's outputs for the same partition.
 """
 
+import collections
 import os
 
 import dagster as dg
@@ -35,7 +36,7 @@ def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: Storage
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     units = storage.read_parquet("transcripts", partition, "units")
     expected, found = set(manifest["unit_id"]), units["unit_id"].to_list()
-    duplicates = sorted({u for u in found if found.count(u) > 1})
+    duplicates = sorted(u for u, n in collections.Counter(found).items() if n > 1)
     missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
     return dg.AssetCheckResult(
         passed=not (duplicates or missing or extra),

@@ -148,38 +148,52 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame], can
             result.class_changes.append(f"{uid}: {b_class} -> {c_class}")
     result.units += len(b_units)
 
-    def words_of(frame, uid):
-        rows = frame.filter(pl.col("unit_id") == uid).sort("word_index")
-        return [normalise(w) for w in rows["word"]], rows["speaker"].to_list()
-
+    b_words_by_unit, c_words_by_unit = _by_unit(baseline["words"]), _by_unit(candidate["words"])
     for uid in b_units:
-        b_words, b_speakers = words_of(baseline["words"], uid)
-        c_words, c_speakers = words_of(candidate["words"], uid)
-        keep_b = [i for i, w in enumerate(b_words) if w]
-        keep_c = [i for i, w in enumerate(c_words) if w]
-        b_words, b_speakers = [b_words[i] for i in keep_b], [b_speakers[i] for i in keep_b]
-        c_words, c_speakers = [c_words[i] for i in keep_c], [c_speakers[i] for i in keep_c]
+        b_words, b_speakers = _words(b_words_by_unit.get(uid))
+        c_words, c_speakers = _words(c_words_by_unit.get(uid))
         edits, pairs = _align(b_words, c_words)
         result.baseline_words += len(b_words)
         result.word_edits += edits
         result.aligned_words += len(pairs)
         result.speaker_agreeing += _mapped_agreement([(b_speakers[i], c_speakers[j]) for i, j in pairs])
 
+    def count_words(uid: str) -> int:
+        frame = c_words_by_unit.get(uid)
+        return 0 if frame is None else frame.height
+
     for uid, row in c_units.items():
         if row["result_class"] == "silent":
-            result.words_on_silent_units += candidate["words"].filter(pl.col("unit_id") == uid).height
+            result.words_on_silent_units += count_words(uid)
     for uid, row in b_units.items():
         if row["result_class"] == "silent" and uid in c_units and c_units[uid]["result_class"] != "silent":
-            result.words_on_silent_units += candidate["words"].filter(pl.col("unit_id") == uid).height
+            result.words_on_silent_units += count_words(uid)
 
-    def regions(frame, uid):
-        rows = frame.filter(pl.col("unit_id") == uid)
-        return list(zip(rows["start_s"].to_list(), rows["end_s"].to_list(), strict=True))
-
+    b_regions, c_regions = _by_unit(baseline["regions"]), _by_unit(candidate["regions"])
     for uid in b_units:
-        base = regions(baseline["regions"], uid)
+        base = _intervals(b_regions.get(uid))
         result.baseline_speech_s += sum(e - s for s, e in base)
-        result.lost_speech_s += _uncovered(base, regions(candidate["regions"], uid))
+        result.lost_speech_s += _uncovered(base, _intervals(c_regions.get(uid)))
+
+
+def _by_unit(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """One pass over a table instead of one filter per unit."""
+    return {key[0]: part for key, part in frame.partition_by("unit_id", as_dict=True).items()}
+
+
+def _words(frame: pl.DataFrame | None) -> tuple[list[str], list[str | None]]:
+    """A unit's normalised words (empty ones dropped) and their speakers, in word order."""
+    if frame is None:
+        return [], []
+    rows = frame.sort("word_index")
+    kept = [(normalise(w), spk) for w, spk in zip(rows["word"], rows["speaker"], strict=True) if normalise(w)]
+    return [w for w, _ in kept], [spk for _, spk in kept]
+
+
+def _intervals(frame: pl.DataFrame | None) -> list[tuple[float, float]]:
+    if frame is None:
+        return []
+    return list(zip(frame["start_s"].to_list(), frame["end_s"].to_list(), strict=True))
 
 
 def read_outputs(storage, partition: str) -> dict[str, pl.DataFrame]:

@@ -6,7 +6,7 @@ flight are transcribed in batches, and word times are shifted back to unit time.
 
 Decoder mode (lever 3): the CUDA-graph setting is applied through the decoding config
 (`change_decoding_strategy`), because NeMo rebuilds its decoder from `cfg.decoding` on some calls
-(a timestamps request does), which would silently undo a runtime toggle. `actual_decoder_mode` reports
+(a timestamps request does), which would silently undo a runtime toggle. `check_decoder_mode` asserts
 what will really run: graphs only run for CUDA tensors, whatever the decoder's attribute says on CPU.
 """
 
