@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest
+.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest bench-backfill
 setup:
 	@bash scripts/install.sh
 
@@ -34,3 +34,6 @@ bench-levers: setup
 
 bench-ingest: setup
 	$(PY) benchmarks/ingest.py
+
+bench-backfill: setup
+	$(PY) benchmarks/backfill.py --json bench_out/backfill.json

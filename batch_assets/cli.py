@@ -21,7 +21,7 @@ def _summary(storage, partition: str, wall_s: float) -> str:
 
     units = storage.read_parquet("transcripts", partition, "units")
     words = storage.read_parquet("transcripts", partition, "words")
-    lines = [f"partition {partition}: {len(units)} units, {len(words)} words, materialized in {wall_s:.1f} s", ""]
+    lines = [f"partition {partition}: {len(units)} units, {len(words)} words, run took {wall_s:.1f} s", ""]
     for row in units.sort("unit_id").iter_rows(named=True):
         duration = f"{row['duration_s']:.1f}s" if row["duration_s"] is not None else "-"
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
@@ -38,20 +38,30 @@ def _summary(storage, partition: str, wall_s: float) -> str:
     return "\n".join(lines)
 
 
-def run(partition: str) -> int:
+def run(partition: str, last: str | None = None) -> int:
+    """Materialize one partition, or (with `last`) every partition from `partition` to `last` in one run,
+    as a backfill run does: the models are loaded once for all of them."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
     from batch_assets.definitions import all_assets, defs
+    from batch_assets.partitions import daily_partitions
 
     resources = defs.resources
+    if last is None:
+        target = {"partition_key": partition}
+        partitions = [partition]
+    else:
+        target = {"tags": {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": last}}
+        partitions = daily_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(partition, last))
     started = time.perf_counter()
-    result = dg.materialize(all_assets, partition_key=partition, resources=resources, instance=dg.DagsterInstance.get())
+    result = dg.materialize(all_assets, resources=resources, instance=dg.DagsterInstance.get(), **target)
     wall_s = time.perf_counter() - started
     if not result.success:
         print(f"run {result.run_id} failed", file=sys.stderr)
         return 1
-    print(_summary(resources["storage"], partition, wall_s))
+    for key in partitions:
+        print(_summary(resources["storage"], key, wall_s))
     return 0
 
 
@@ -60,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="materialize all five assets for one partition and print a summary")
     run_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
     args = parser.parse_args(argv)
-    return run(args.partition)
+    return run(args.partition, args.through)
 
 
 if __name__ == "__main__":

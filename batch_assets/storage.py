@@ -7,12 +7,14 @@ never pickled and an analyst can open any output with polars directly.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pathlib
 import posixpath
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -121,8 +123,44 @@ class StorageResource(dg.ConfigurableResource):
             handle.write(data)
         fs.mv(tmp, path)
 
-    def clear_partition(self, asset: str, partition: str) -> None:
-        """Remove an asset's previous outputs for a partition, so a rerun never leaves stale files."""
-        fs, path = self.filesystem(self.output_url(asset, partition))
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+    @contextlib.contextmanager
+    def replace_partition(self, asset: str, partition: str, remove_stale: bool = True) -> Iterator[PartitionOutputs]:
+        """One materialization's outputs for (asset, partition), replacing the previous ones.
+
+        Every file is written under a temporary name and moved into place (one atomic rename locally, one
+        PUT on S3), so a reader sees the old table or the new one, never half of one and never an empty
+        folder. Once all files are written, whatever the previous materialization left that this one did
+        not write is removed (no stale rows); if the block fails, nothing is removed. `remove_stale=False`
+        keeps the other files (a rerun of some units rewrites only theirs).
+        """
+        outputs = PartitionOutputs(self, asset, partition)
+        yield outputs
+        if remove_stale:
+            outputs.remove_stale()
+
+
+class PartitionOutputs:
+    """The files one materialization writes under `{storage_url}/{asset}/{partition}/`."""
+
+    def __init__(self, storage: StorageResource, asset: str, partition: str):
+        self.storage, self.asset, self.partition = storage, asset, partition
+        self.written: set[str] = set()
+
+    def write_parquet(self, frame: pl.DataFrame, name: str) -> str:
+        return self._track(self.storage.write_parquet(frame, self.asset, self.partition, name))
+
+    def write_array(self, array: np.ndarray, name: str) -> str:
+        return self._track(self.storage.write_array(array, self.asset, self.partition, name))
+
+    def _track(self, url: str) -> str:
+        self.written.add(self.storage.filesystem(url)[1])
+        return url
+
+    def remove_stale(self) -> list[str]:
+        fs, root = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))
+        if not fs.exists(root):
+            return []
+        stale = [path for path in fs.find(root) if path not in self.written and ".tmp-" not in posixpath.basename(path)]
+        for path in stale:
+            fs.rm(path)
+        return stale

@@ -4,6 +4,9 @@
 - no words on silent units;
 - when a baseline storage root is configured (`BATCH_ASSETS_BASELINE_URL`, or the `baseline` resource),
   the gate against the baseline's outputs for the same partition.
+
+A run that carries several partitions (a backfill) checks each of them; the check passes only if every
+partition passes, and its metadata names the partitions that did not.
 """
 
 import collections
@@ -16,6 +19,21 @@ from pydantic import Field
 from batch_assets.gate.compare import gate
 from batch_assets.partitions import daily_partitions
 from batch_assets.storage import StorageResource
+
+
+def _each_partition(context: dg.AssetCheckExecutionContext, check_one) -> dg.AssetCheckResult:
+    """Run `check_one(partition) -> (passed, metadata)` for every partition of the run; one result for all."""
+    partitions = list(context.partition_keys)
+    results = {partition: check_one(partition) for partition in partitions}
+    if len(partitions) == 1:
+        passed, metadata = results[partitions[0]]
+        return dg.AssetCheckResult(passed=passed, metadata=metadata)
+    failed = [p for p, (passed, _) in results.items() if not passed]
+    return dg.AssetCheckResult(
+        passed=not failed,
+        metadata={"partitions": partitions, "failed_partitions": failed}
+        | {f"{p}: {key}": value for p, (_, metadata) in results.items() for key, value in metadata.items()},
+    )
 
 
 class BaselineResource(dg.ConfigurableResource):
@@ -32,30 +50,32 @@ class BaselineResource(dg.ConfigurableResource):
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
                 description="Every fetched_audio unit appears exactly once in transcripts")
 def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    partition = context.partition_key
+    return _each_partition(context, lambda partition: _accounted_for(storage, partition))
+
+
+def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict]:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     units = storage.read_parquet("transcripts", partition, "units")
     expected, found = set(manifest["unit_id"]), units["unit_id"].to_list()
     duplicates = sorted(u for u, n in collections.Counter(found).items() if n > 1)
     missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
-    return dg.AssetCheckResult(
-        passed=not (duplicates or missing or extra),
-        metadata={"units": len(expected), "missing": missing[:20], "extra": extra[:20], "duplicates": duplicates[:20]},
-    )
+    return not (duplicates or missing or extra), {
+        "units": len(expected), "missing": missing[:20], "extra": extra[:20], "duplicates": duplicates[:20],
+    }
 
 
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
                 description="No words on units classed silent")
 def no_words_on_silent_units(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    partition = context.partition_key
+    return _each_partition(context, lambda partition: _silent_without_words(storage, partition))
+
+
+def _silent_without_words(storage: StorageResource, partition: str) -> tuple[bool, dict]:
     units = storage.read_parquet("transcripts", partition, "units")
     words = storage.read_parquet("transcripts", partition, "words")
     silent = units.filter(pl.col("result_class") == "silent")["unit_id"]
     offending = words.filter(pl.col("unit_id").is_in(silent.implode()))
-    return dg.AssetCheckResult(
-        passed=offending.is_empty(),
-        metadata={"silent_units": len(silent), "words_on_silent_units": offending.height},
-    )
+    return offending.is_empty(), {"silent_units": len(silent), "words_on_silent_units": offending.height}
 
 
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions,
@@ -63,11 +83,10 @@ def no_words_on_silent_units(context: dg.AssetCheckExecutionContext, storage: St
 def gate_against_baseline(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, baseline: BaselineResource
 ) -> dg.AssetCheckResult:
-    partition = context.partition_key
     baseline_storage = baseline.storage_like(storage)
     if baseline_storage is None:
         return dg.AssetCheckResult(passed=True, metadata={"baseline": "none configured (BATCH_ASSETS_BASELINE_URL)"})
-    result = gate(baseline_storage, storage, [partition])
+    result = gate(baseline_storage, storage, list(context.partition_keys))
     return dg.AssetCheckResult(
         passed=result.passed,
         severity=dg.AssetCheckSeverity.ERROR,

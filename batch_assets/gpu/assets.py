@@ -4,10 +4,15 @@ The three outputs come from one step because they share the expensive state: the
 and each flight's audio. The step declares `pool="gpu"` (Dagster concurrency pool, sized to the GPUs)
 and asks dagster-k8s for one `nvidia.com/gpu` in its own op tags (job tags do not reach step pods).
 Inside, the cross-process device lock guarantees that only one step at a time runs on the device.
+
+A run may carry several partitions (a backfill under the BackfillPolicy): the models are loaded once for
+the run and each partition gets its own locked section and its own materializations. An analyst can
+rerun only some units of one partition (`units` in run config): the other units' rows are kept.
 """
 
 import collections
 import time
+from collections.abc import Iterable
 
 import dagster as dg
 import polars as pl
@@ -16,10 +21,10 @@ from pydantic import Field
 from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.resources import GpuResource, quarantine
-from batch_assets.gpu.tables import VAD_UNITS_SCHEMA, diarization_tables, transcript_tables, vad_tables
+from batch_assets.gpu.tables import VAD_UNITS_SCHEMA, WORDS_SCHEMA, diarization_tables, keep_other_units, transcript_tables, vad_tables
 from batch_assets.ingest.assets import class_counts, fetched_audio, prepared_flights, table_schema
 from batch_assets.ingest.flights import DECODE_BUDGET_S
-from batch_assets.partitions import daily_partitions
+from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.storage import StorageResource
 from batch_assets.switches import SWITCH_DEFAULTS
 
@@ -56,6 +61,11 @@ class GpuSectionConfig(dg.Config):
     )
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
+    units: list[str] = Field(
+        default=[],
+        description="Rerun only these units of the partition (unit_id or relative key); the other units keep their rows. "
+        "Empty: the whole partition, replaced.",
+    )
 
 
 def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> str:
@@ -77,6 +87,7 @@ def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> st
                      description="Every unit with its final result class and text; every word with times and speaker."),
     ],
     partitions_def=daily_partitions,
+    backfill_policy=backfill_policy,
     pool=GPU_POOL,
     op_tags={"dagster-k8s/config": GPU_K8S_CONFIG},
     retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
@@ -84,18 +95,51 @@ def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> st
 def gpu_section(
     context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource
 ):
+    partitions = context.partition_keys
+    if config.units and len(partitions) > 1:
+        raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
+                         allow_retries=False)
+    for partition in partitions:
+        for asset, metadata in run_partition(context, config, storage, gpu, partition, len(partitions)).items():
+            context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
+    for asset in ("vad_scores", "diarization", "transcripts"):
+        yield dg.MaterializeResult(asset_key=asset)
+
+
+def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str] | None:
+    """The unit_ids an analyst asked to rerun (by unit_id or relative key); None means the whole partition."""
+    requested = list(requested)
+    if not requested:
+        return None
+    by_key = dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
+    ids = set(manifest["unit_id"])
+    unknown = [u for u in requested if u not in ids and u not in by_key]
+    if unknown:
+        raise dg.Failure(f"units not in this partition's manifest (rerun fetched_audio if they are new): {unknown}",
+                         allow_retries=False)
+    return {u if u in ids else by_key[u] for u in requested}
+
+
+def run_partition(
+    context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource,
+    partition: str, partitions_in_run: int,
+) -> dict[str, dict]:
+    """One partition through VAD -> diarization -> ASR in one locked section; returns each asset's metadata."""
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     import torch
 
     from batch_assets.gpu.section import SectionStats, process_flight
 
-    partition = context.partition_key
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     flights = storage.read_parquet("prepared_flights", partition, "flights")
+    chosen = selected_units(config.units, manifest)
+    ok_units = plan.filter(pl.col("result_class") == "ok")
+    if chosen is not None:
+        ok_units = ok_units.filter(pl.col("unit_id").is_in(list(chosen)))
+        flights = flights.filter(pl.col("flight_id").is_in(ok_units["flight_id"].unique().to_list()))
     audio_uris = dict(zip(flights["flight_id"], flights["audio_uri"], strict=True))
     unit_counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
-    ok_units = plan.filter(pl.col("result_class") == "ok")
     units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
     for row in ok_units.iter_rows(named=True):
         units_by_flight[row["flight_id"]].append(row)
@@ -134,19 +178,10 @@ def gpu_section(
         section_s, exited_unix = time.perf_counter() - entered, time.time()
         cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
 
-    for asset in ("vad_scores", "diarization", "transcripts"):
-        storage.clear_partition(asset, partition)
-    vad_units, regions = vad_tables(outcomes, lambda uid, a: storage.write_array(a, "vad_scores", partition, f"scores/{uid}"))
-    turns, speakers = diarization_tables(outcomes)
-    units, words = transcript_tables(manifest, plan, outcomes)
-    storage.write_parquet(vad_units, "vad_scores", partition, "units")
-    storage.write_parquet(regions, "vad_scores", partition, "regions")
-    storage.write_parquet(turns, "diarization", partition, "turns")
-    storage.write_parquet(speakers, "diarization", partition, "speakers")
-    units_uri = storage.write_parquet(units, "transcripts", partition, "units")
-    words_uri = storage.write_parquet(words, "transcripts", partition, "words")
-
+    tables = write_tables(storage, partition, manifest, plan, outcomes, chosen)
+    vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
     audio_s = float(vad_units["duration_s"].sum() or 0.0)
+    run_audio_s = sum(o.duration_s for o in outcomes if o.vad is not None)
     shared = {
         "section_seconds": round(section_s, 3),
         "lock_wait_seconds": round(waited, 3),
@@ -170,32 +205,62 @@ def gpu_section(
         "device": str(models.device),
         "models": {"asr": gpu.asr_model, "diarization": gpu.diarization_pipeline},
         "model_load_seconds": round(models.load_seconds, 2),
+        "partitions_in_run": partitions_in_run,
+        "rerun_units": sorted(chosen) if chosen is not None else "all",
         "audio_hours": round(audio_s / 3600, 4),
-        "audio_seconds_per_section_second": round(audio_s / section_s, 2) if section_s else None,
+        "audio_seconds_per_section_second": round(run_audio_s / section_s, 2) if section_s else None,
     }
     if cuda_peak is not None:
         shared["cuda_peak_memory_gib"] = round(cuda_peak / 2**30, 3)
+    return {
+        "vad_scores": shared | {
+            "units": len(vad_units),
+            "speech_ratio": round(float(vad_units["speech_s"].sum() or 0.0) / audio_s, 4) if audio_s else None,
+            "dagster/column_schema": table_schema(VAD_UNITS_SCHEMA),
+            "dagster/row_count": len(vad_units),
+        },
+        "diarization": shared | {
+            "turns": len(turns),
+            "speakers": len(tables["diarization", "speakers"]),
+            "dagster/column_schema": table_schema(dict(turns.schema)),
+            "dagster/row_count": len(turns),
+        },
+        "transcripts": shared | {
+            "units": len(units),
+            "units_by_class": class_counts(units),
+            "words": len(tables["transcripts", "words"]),
+            "units_table": dg.MetadataValue.path(tables["uris"]["transcripts", "units"]),
+            "words_table": dg.MetadataValue.path(tables["uris"]["transcripts", "words"]),
+            "words_schema": table_schema(WORDS_SCHEMA),
+            "preview": dg.MetadataValue.md(markdown_preview(units)),
+            "dagster/column_schema": table_schema(dict(units.schema)),
+            "dagster/row_count": len(units),
+        },
+    }
 
-    yield dg.MaterializeResult(asset_key="vad_scores", metadata=shared | {
-        "units": len(vad_units),
-        "speech_ratio": round(float(vad_units["speech_s"].sum() or 0.0) / audio_s, 4) if audio_s else None,
-        "dagster/column_schema": table_schema(VAD_UNITS_SCHEMA),
-        "dagster/row_count": len(vad_units),
-    })
-    yield dg.MaterializeResult(asset_key="diarization", metadata=shared | {
-        "turns": len(turns),
-        "speakers": len(speakers),
-        "dagster/column_schema": table_schema(dict(turns.schema)),
-        "dagster/row_count": len(turns),
-    })
-    yield dg.MaterializeResult(asset_key="transcripts", metadata=shared | {
-        "units": len(units),
-        "units_by_class": class_counts(units),
-        "words": len(words),
-        "units_table": dg.MetadataValue.path(units_uri),
-        "words_table": dg.MetadataValue.path(words_uri),
-        "preview": dg.MetadataValue.md(markdown_preview(units)),
-        "dagster/column_schema": table_schema(dict(units.schema)),
-        "dagster/row_count": len(units),
-    })
 
+def write_tables(storage: StorageResource, partition: str, manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list,
+                 chosen: set[str] | None) -> dict[tuple[str, str], pl.DataFrame]:
+    """Write the three assets' tables, keyed (asset, table): the whole partition replaced, or only the chosen units' rows.
+
+    The score arrays are written while the vad_scores partition is open, so they count as this
+    materialization's files; everything else the previous one left is then removed (whole runs only).
+    """
+    whole = chosen is None
+    unit_order = manifest["unit_id"].to_list()
+    with storage.replace_partition("vad_scores", partition, remove_stale=whole) as vad_out:
+        vad_units, regions = vad_tables(outcomes, lambda uid, a: vad_out.write_array(a, f"scores/{uid}"))
+        turns, speakers = diarization_tables(outcomes)
+        units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
+                                         plan, outcomes)
+        tables = {("vad_scores", "units"): vad_units, ("vad_scores", "regions"): regions,
+                  ("diarization", "turns"): turns, ("diarization", "speakers"): speakers,
+                  ("transcripts", "units"): units, ("transcripts", "words"): words}
+        if not whole:
+            tables = {(asset, name): keep_other_units(storage, asset, partition, name, frame, chosen, unit_order)
+                      for (asset, name), frame in tables.items()}
+        uris = {("vad_scores", name): vad_out.write_parquet(tables["vad_scores", name], name) for name in ("units", "regions")}
+    for asset in ("diarization", "transcripts"):
+        with storage.replace_partition(asset, partition, remove_stale=whole) as out:
+            uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
+    return {"uris": uris} | tables

@@ -101,3 +101,20 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list
                 for i, (w, spk) in enumerate(o.words)
             )
     return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
+
+
+def keep_other_units(storage, asset: str, partition: str, name: str, new_rows: pl.DataFrame, rerun: set[str],
+                     unit_order: list[str]) -> pl.DataFrame:
+    """A table after rerunning some units: the previous rows of every other unit, plus the rerun units' new rows.
+
+    Rows are ordered by the manifest's unit order, then by their order within the unit, as a whole run writes them.
+    """
+    try:
+        previous = storage.read_parquet(asset, partition, name)
+    except FileNotFoundError:
+        previous = new_rows.clear()
+    kept = previous.filter(~pl.col("unit_id").is_in(list(rerun)))
+    rank = {uid: i for i, uid in enumerate(unit_order)}
+    merged = pl.concat([kept, new_rows.select(kept.columns).cast(kept.schema)], how="vertical").with_row_index("_row")
+    merged = merged.with_columns(pl.col("unit_id").replace_strict(rank, default=len(rank)).alias("_rank"))
+    return merged.sort("_rank", "_row").drop("_rank", "_row")

@@ -2,6 +2,8 @@
 
 Both write their tables under `{storage_url}/{asset}/{partition}/` (replacing the partition's previous
 outputs, so reruns are idempotent) and return only metadata: audio never travels through an IO manager.
+A run may carry several partitions (a backfill under the BackfillPolicy): each is processed in turn and
+gets its own materialization with its own metadata.
 """
 
 import collections
@@ -14,7 +16,7 @@ from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.ingest.prepare import prepare_flights
-from batch_assets.partitions import daily_partitions
+from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.storage import StorageResource
 
 GROUP = "ingest"
@@ -51,6 +53,7 @@ def table_schema(schema: dict[str, pl.DataType]) -> dg.TableSchema:
     partitions_def=daily_partitions,
     group_name=GROUP,
     kinds={"python", "s3"},
+    backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
 def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource) -> dg.MaterializeResult:
@@ -59,26 +62,29 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
     Listed recursively and sorted; each object is fetched (with retries), checksummed and probed for
     rate, channels and duration. Bad objects get a class and a reason instead of failing the partition.
     """
-    partition = context.partition_key
+    for partition in context.partition_keys:
+        context.add_asset_metadata(fetch_partition(context, config, storage, partition), partition_key=partition)
+    return dg.MaterializeResult()
+
+
+def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
     fs, path = storage.filesystem(storage.source_partition_url(partition))
     manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
-    storage.clear_partition("fetched_audio", partition)
-    uri = storage.write_parquet(manifest, "fetched_audio", partition, "manifest")
-    storage.write_parquet(skipped, "fetched_audio", partition, "skipped")
+    with storage.replace_partition("fetched_audio", partition) as outputs:
+        uri = outputs.write_parquet(manifest, "manifest")
+        outputs.write_parquet(skipped, "skipped")
     for row in skipped.iter_rows(named=True):
-        context.log.warning(f"skipped {row['relative_key']}: {row['reason']}")
+        context.log.warning(f"{partition}: skipped {row['relative_key']}: {row['reason']}")
     ok = manifest.filter(pl.col("result_class") == "ok")
-    return dg.MaterializeResult(
-        metadata={
-            "units": len(manifest),
-            "units_by_class": class_counts(manifest),
-            "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
-            "non_audio_objects_skipped": len(skipped),
-            "manifest": dg.MetadataValue.path(uri),
-            "dagster/column_schema": table_schema(dict(manifest.schema)),
-            "dagster/row_count": len(manifest),
-        }
-    )
+    return {
+        "units": len(manifest),
+        "units_by_class": class_counts(manifest),
+        "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
+        "non_audio_objects_skipped": len(skipped),
+        "manifest": dg.MetadataValue.path(uri),
+        "dagster/column_schema": table_schema(dict(manifest.schema)),
+        "dagster/row_count": len(manifest),
+    }
 
 
 @dg.asset(
@@ -86,6 +92,7 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
     group_name=GROUP,
     deps=[fetched_audio],
     kinds={"python", "numpy"},
+    backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
 def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource) -> dg.MaterializeResult:
@@ -95,30 +102,33 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, s
     length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
     budget whatever the size of the partition.
     """
-    partition = context.partition_key
+    for partition in context.partition_keys:
+        context.add_asset_metadata(prepare_partition(context, config, storage, partition), partition_key=partition)
+    return dg.MaterializeResult()
+
+
+def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
-    storage.clear_partition("prepared_flights", partition)
-    plan, flights = prepare_flights(
-        manifest,
-        source_path_of=storage.filesystem,
-        write_flight=lambda flight_id, audio: storage.write_array(audio, "prepared_flights", partition, f"audio/{flight_id}"),
-        budget_s=config.decode_budget_seconds,
-        max_units=config.max_units_per_flight,
-        concurrency=config.decode_concurrency,
-        retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
-        log=context.log.info,
-    )
-    plan_uri = storage.write_parquet(plan, "prepared_flights", partition, "plan")
-    storage.write_parquet(flights, "prepared_flights", partition, "flights")
-    return dg.MaterializeResult(
-        metadata={
-            "flights": len(flights),
-            "units_planned": len(plan),
-            "units_by_class": class_counts(plan) if len(plan) else {},
-            "audio_hours": round(float(flights["audio_s"].sum() or 0.0) / 3600, 4),
-            "decode_budget_seconds": config.decode_budget_seconds,
-            "plan": dg.MetadataValue.path(plan_uri),
-            "dagster/column_schema": table_schema(dict(plan.schema)),
-            "dagster/row_count": len(plan),
-        }
-    )
+    with storage.replace_partition("prepared_flights", partition) as outputs:
+        plan, flights = prepare_flights(
+            manifest,
+            source_path_of=storage.filesystem,
+            write_flight=lambda flight_id, audio: outputs.write_array(audio, f"audio/{flight_id}"),
+            budget_s=config.decode_budget_seconds,
+            max_units=config.max_units_per_flight,
+            concurrency=config.decode_concurrency,
+            retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
+            log=context.log.info,
+        )
+        plan_uri = outputs.write_parquet(plan, "plan")
+        outputs.write_parquet(flights, "flights")
+    return {
+        "flights": len(flights),
+        "units_planned": len(plan),
+        "units_by_class": class_counts(plan) if len(plan) else {},
+        "audio_hours": round(float(flights["audio_s"].sum() or 0.0) / 3600, 4),
+        "decode_budget_seconds": config.decode_budget_seconds,
+        "plan": dg.MetadataValue.path(plan_uri),
+        "dagster/column_schema": table_schema(dict(plan.schema)),
+        "dagster/row_count": len(plan),
+    }

@@ -1,0 +1,22 @@
+"""Which executor runs the steps: one pod per step on Kubernetes, one process per step elsewhere.
+
+`BATCH_ASSETS_EXECUTOR=k8s` (set by the Helm values) selects dagster-k8s's `k8s_job_executor`, so the GPU
+step gets its own pod with the `dagster-k8s/config` from its op tags (one `nvidia.com/gpu`, node selector,
+tolerations) while the CPU steps run in plain pods. Anything else keeps Dagster's default multiprocess
+executor, which is what `dagster dev` and the tests use. dagster-k8s is imported only when selected.
+"""
+
+import os
+
+import dagster as dg
+
+
+def executor_from_env(environ=os.environ) -> dg.ExecutorDefinition | None:
+    choice = environ.get("BATCH_ASSETS_EXECUTOR", "").strip().lower()
+    if choice in ("", "multiprocess"):
+        return None  # Dagster's default
+    if choice == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor
+    raise ValueError(f"BATCH_ASSETS_EXECUTOR={choice!r}: use 'k8s' or 'multiprocess'")

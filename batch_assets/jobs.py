@@ -1,0 +1,22 @@
+"""The asset job over all five assets (and the checks on `transcripts`), for one partition per run.
+
+The daily schedule targets it; the UI's "Materialize" and backfills work on the assets directly.
+Transient failures are retried at two levels: each asset's `RetryPolicy` retries its step in the same
+run (object-storage hiccups, a pod evicted mid-step), and the instance's run retries (`run_retries` in
+dagster.yaml / `dagsterDaemon.runRetries` in the Helm values) relaunch a run whose worker died, from the
+failed step on. A quarantined GPU worker is never retried in place: a run retry lands in a fresh pod.
+"""
+
+import dagster as dg
+
+from batch_assets.gpu.assets import gpu_section
+from batch_assets.ingest.assets import fetched_audio, prepared_flights
+
+all_assets = [fetched_audio, prepared_flights, gpu_section]
+
+transcribe_partition_job = dg.define_asset_job(
+    "transcribe_partition",
+    selection=dg.AssetSelection.assets(*all_assets),  # includes the checks on transcripts
+    description="Fetch, prepare, and run the GPU section (VAD -> diarization -> ASR) for one daily partition.",
+    tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
+)

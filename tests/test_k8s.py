@@ -1,0 +1,149 @@
+"""Kubernetes: the step pods dagster-k8s builds for this code, the shipped manifests, the Helm values.
+
+Step pods are built the way dagster-k8s's `k8s_job_executor` builds them (K8sStepHandler): the run's
+container context (here: what the Helm values give runs) merged with each step's own
+`dagster-k8s/config` tag, then `construct_dagster_k8s_job`. Every object is validated against the
+Kubernetes OpenAPI schemas with kubernetes-validate (strict: unknown fields fail).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import kubernetes
+import kubernetes_validate
+import pytest
+import yaml
+from dagster_k8s.container_context import K8sContainerContext
+from dagster_k8s.job import DagsterK8sJobConfig, UserDefinedDagsterK8sConfig, construct_dagster_k8s_job, get_user_defined_k8s_config
+
+from batch_assets.definitions import defs
+from batch_assets.storage import REPO_ROOT
+from batch_assets.switches import SWITCH_ENV_VARS, parse_switch
+
+K8S = REPO_ROOT / "k8s"
+KUBERNETES_VERSION = "1.32"
+VALUES = yaml.safe_load((K8S / "values.yaml").read_text())
+DEPLOYMENT = VALUES["dagster-user-deployments"]["deployments"][0]
+
+
+def _validate(obj: dict) -> None:
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def _run_container_context() -> K8sContainerContext:
+    """What a run launched from the user-code deployment carries (includeConfigInLaunchedRuns)."""
+    launcher = VALUES["runLauncher"]["config"]["k8sRunLauncher"]
+    run_k8s = launcher["runK8sConfig"]
+    return K8sContainerContext(
+        namespace="batch-assets",
+        env=DEPLOYMENT["env"],
+        env_secrets=[s["name"] for s in DEPLOYMENT["envSecrets"]],
+        run_k8s_config=UserDefinedDagsterK8sConfig.from_dict({"container_config": run_k8s["containerConfig"]}),
+    )
+
+
+def _step_jobs() -> dict[str, dict]:
+    """Each step of the asset job as a Kubernetes Job manifest, built by dagster-k8s."""
+    job_def = defs.resolve_job_def("transcribe_partition")
+    image = f"{DEPLOYMENT['image']['repository']}:{DEPLOYMENT['image']['tag']}"
+    config = DagsterK8sJobConfig(
+        job_image=image, dagster_home=VALUES["global"]["dagsterHome"], instance_config_map="dagster-instance",
+        postgres_password_secret=VALUES["global"]["postgresqlSecretName"],
+    )
+    api = kubernetes.client.ApiClient()
+    jobs = {}
+    for node in job_def.graph.nodes:
+        context = _run_container_context().merge(K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(node.tags)))
+        job = construct_dagster_k8s_job(
+            job_config=config, args=["dagster", "api", "execute_step"], job_name=f"dagster-step-{node.name.replace('_', '-')}",
+            component="step_worker", user_defined_k8s_config=context.run_k8s_config,
+            labels={"dagster/op": node.name}, env_vars=[{"name": "DAGSTER_RUN_STEP_KEY", "value": node.name}],
+        )
+        manifest = api.sanitize_for_serialization(job)
+        jobs[node.name] = {"apiVersion": "batch/v1", "kind": "Job", **manifest}
+    return jobs
+
+
+def _resources(job: dict) -> dict:
+    return job["spec"]["template"]["spec"]["containers"][0].get("resources", {})
+
+
+def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
+    jobs = _step_jobs()
+    assert {"gpu_section", "fetched_audio", "prepared_flights"} <= set(jobs)
+    gpu = jobs.pop("gpu_section")
+    assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
+    assert _resources(gpu)["requests"]["nvidia.com/gpu"] == "1"
+    pod = gpu["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    for name, job in jobs.items():  # the CPU steps (and the checks) ask for no GPU and tolerate no GPU taint
+        for section in ("limits", "requests"):
+            assert "nvidia.com/gpu" not in _resources(job).get(section, {}), name
+        assert not job["spec"]["template"]["spec"].get("tolerations"), name
+
+
+def test_step_pods_carry_the_deployment_env_and_secrets():
+    for name, job in _step_jobs().items():
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["BATCH_ASSETS_EXECUTOR"] == "k8s" and env["DAGSTER_RUN_STEP_KEY"] == name
+        for variable in SWITCH_ENV_VARS.values():
+            assert variable in env, (name, variable)
+        secrets = {s["secretRef"]["name"] for s in container.get("envFrom", []) if "secretRef" in s}
+        assert {"batch-assets-s3", "batch-assets-huggingface"} <= secrets
+
+
+def test_step_pod_manifests_validate_against_kubernetes_schemas():
+    jobs = _step_jobs()
+    for job in jobs.values():
+        _validate(job)
+    broken = jobs["gpu_section"]
+    broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limit"] = {"nvidia.com/gpu": "1"}  # typo'd field
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(broken)
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in K8S.glob("*.yaml") if p.name != "values.yaml"))
+def test_shipped_manifests_validate_against_kubernetes_schemas(path):
+    documents = [d for d in yaml.safe_load_all((K8S / path).read_text()) if d]
+    assert documents
+    for document in documents:
+        _validate(document)
+
+
+def test_helm_values_match_the_code():
+    assert VALUES["runLauncher"]["type"] == "K8sRunLauncher"
+    assert VALUES["postgresql"]["enabled"] is False and VALUES["postgresql"]["postgresqlHost"]
+    assert DEPLOYMENT["dagsterApiGrpcArgs"] == ["--module-name", "batch_assets.definitions"]
+    assert DEPLOYMENT["includeConfigInLaunchedRuns"]["enabled"] is True
+    env = {e["name"]: e["value"] for e in DEPLOYMENT["env"]}
+    for variable in SWITCH_ENV_VARS.values():
+        assert isinstance(parse_switch(variable, env[variable]), bool)  # a valid kill-switch value
+    pools = VALUES["concurrency"]
+    assert pools["enabled"] is True and pools["pools"]["granularity"] == "op" and pools["pools"]["defaultLimit"] >= 1
+    assert VALUES["dagsterDaemon"]["runRetries"]["enabled"] is True
+    # Every secret the pods read is one the shipped Secret manifests define.
+    shipped = {d["metadata"]["name"] for d in yaml.safe_load_all((K8S / "secrets.example.yaml").read_text()) if d}
+    wanted = {s["name"] for s in DEPLOYMENT["envSecrets"]} | {VALUES["global"]["postgresqlSecretName"]}
+    assert wanted <= shipped
+
+
+def test_k8s_executor_is_selected_by_env():
+    from dagster_k8s import k8s_job_executor
+
+    from batch_assets.executor import executor_from_env
+
+    assert executor_from_env({"BATCH_ASSETS_EXECUTOR": "k8s"}) is k8s_job_executor
+    assert executor_from_env({}) is None
+    with pytest.raises(ValueError, match="BATCH_ASSETS_EXECUTOR"):
+        executor_from_env({"BATCH_ASSETS_EXECUTOR": "kubernetes please"})
+
+
+def test_dockerfile_builds_the_code_location_on_a_cuda_base():
+    lines = (K8S / "Dockerfile").read_text().splitlines()
+    base = next(line for line in lines if line.startswith("FROM "))
+    assert base.startswith("FROM nvidia/cuda:") and "cudnn" in base
+    text = "\n".join(lines)
+    assert "download.pytorch.org/whl/cu" in text and "batch_assets.definitions" in text

@@ -1,0 +1,96 @@
+"""Operations: the daily schedule's partition, the asset job, and one run carrying several partitions."""
+
+from __future__ import annotations
+
+import datetime
+
+import dagster as dg
+import pytest
+
+from batch_assets.definitions import defs
+from batch_assets.partitions import BACKFILL_PARTITIONS_PER_RUN
+from batch_assets.schedules import SCHEDULE_HOUR_UTC
+
+from .conftest import make_resources
+from .partition_sources import make_source
+
+UTC = datetime.timezone.utc
+
+
+@pytest.mark.parametrize(
+    ("tick", "partition"),
+    [
+        (datetime.datetime(2026, 3, 2, SCHEDULE_HOUR_UTC, 0, tzinfo=UTC), "2026-03-01"),
+        (datetime.datetime(2026, 3, 1, SCHEDULE_HOUR_UTC, 0, tzinfo=UTC), "2026-02-28"),  # month boundary
+        (datetime.datetime(2027, 1, 1, SCHEDULE_HOUR_UTC, 0, tzinfo=UTC), "2026-12-31"),  # year boundary
+    ],
+)
+def test_schedule_tick_requests_yesterdays_partition(tick, partition):
+    schedule = defs.resolve_schedule_def("daily_transcription")
+    assert schedule.cron_schedule == f"0 {SCHEDULE_HOUR_UTC} * * *" and schedule.execution_timezone == "UTC"
+    requests = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=tick)).run_requests
+    assert [r.partition_key for r in requests] == [partition]
+    assert schedule.job_name == "transcribe_partition"
+
+
+def test_asset_job_covers_the_five_assets_and_their_checks_with_retries():
+    job = defs.resolve_job_def("transcribe_partition")
+    keys = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
+    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+    checks = {c.name for c in job.asset_layer.asset_graph.asset_check_keys}
+    assert checks == {"units_accounted_for", "no_words_on_silent_units", "gate_against_baseline"}
+    assert job.tags["dagster/max_retries"] == "2"
+    for assets_def in defs.assets:
+        policy = assets_def.backfill_policy
+        assert policy is not None and policy.max_partitions_per_run == BACKFILL_PARTITIONS_PER_RUN
+        assert assets_def.op.retry_policy is not None
+
+
+def test_one_run_carries_several_partitions_each_with_its_own_materialization(tmp_path, lock_dir):
+    from batch_assets.definitions import all_assets, transcripts_checks
+
+    layout = {"2026-02-01": ["meetings/planning.mp3"], "2026-02-02": ["silence/empty_room.wav", "calls/2026/support_call.flac"]}
+    source = make_source(tmp_path / "source", layout)
+    resources = make_resources(tmp_path / "storage", lock_dir, source=source)
+    result = dg.materialize(
+        [*all_assets, *transcripts_checks],
+        resources=resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={"dagster/asset_partition_range_start": "2026-02-01", "dagster/asset_partition_range_end": "2026-02-02"},
+    )
+    assert result.success
+    events = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
+    by_asset: dict[str, dict[str, dict]] = {}
+    for m in events:
+        by_asset.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
+    assert set(by_asset) == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+    for asset, partitions in by_asset.items():
+        assert set(partitions) == set(layout), asset
+    transcripts = by_asset["transcripts"]
+    assert transcripts["2026-02-01"]["units"].value == 1 and transcripts["2026-02-02"]["units"].value == 2
+    assert transcripts["2026-02-02"]["units_by_class"].value == {"silent": 1, "transcribed": 1}
+    assert transcripts["2026-02-01"]["partitions_in_run"].value == 2
+    # one model load serves both partitions
+    assert transcripts["2026-02-01"]["model_load_seconds"].value == transcripts["2026-02-02"]["model_load_seconds"].value
+    storage = resources["storage"]
+    for partition, keys in layout.items():
+        units = storage.read_parquet("transcripts", partition, "units")
+        assert sorted(units["source_uri"].str.split(f"{partition}/").list.last()) == sorted(keys)
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+
+
+def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
+    from batch_assets.definitions import all_assets
+
+    source = make_source(tmp_path / "source", {"2026-02-01": ["silence/empty_room.wav"], "2026-02-02": ["silence/empty_room.wav"]})
+    result = dg.materialize(
+        all_assets,
+        resources=make_resources(tmp_path / "storage", lock_dir, source=source),
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={"dagster/asset_partition_range_start": "2026-02-01", "dagster/asset_partition_range_end": "2026-02-02"},
+        run_config={"ops": {"gpu_section": {"config": {"units": ["silence/empty_room.wav"]}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "one partition" in failure.event_specific_data.error.message

@@ -1,0 +1,116 @@
+"""Analyst reruns: a whole partition is replaced; some units of a partition are rerun and the others kept.
+
+Both run the real GPU asset (tiny models) on a copy of the sample partition's outputs. The copy's tables
+are marked first, so the test can tell a kept row from a recomputed one.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from batch_assets.gate.checks import transcripts_checks
+from batch_assets.gpu.assets import gpu_section
+from batch_assets.partitions import SAMPLE_PARTITION
+from batch_assets.storage import StorageResource
+
+from .conftest import make_resources
+
+P = SAMPLE_PARTITION
+RERUN_KEY = "meetings/planning.mp3"
+
+
+def _rerun(resources: dict, units: list[str], raise_on_error: bool = True):
+    return dg.materialize(
+        [gpu_section, *transcripts_checks],
+        partition_key=P,
+        resources=resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        run_config={"ops": {"gpu_section": {"config": {"units": units}}}},
+        raise_on_error=raise_on_error,
+    )
+
+
+@pytest.fixture()
+def copied(sample_run, tmp_path, lock_dir):
+    _, storage = sample_run
+    root = tmp_path / "storage"
+    shutil.copytree(storage.storage_url, root)
+    resources = make_resources(root, lock_dir)
+    return resources, resources["storage"]
+
+
+def _tables(storage: StorageResource) -> dict[tuple[str, str], pl.DataFrame]:
+    names = [("vad_scores", "units"), ("vad_scores", "regions"), ("diarization", "turns"), ("diarization", "speakers"),
+             ("transcripts", "units"), ("transcripts", "words")]
+    return {(a, n): storage.read_parquet(a, P, n) for a, n in names}
+
+
+def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
+    resources, storage = copied
+    manifest = storage.read_parquet("fetched_audio", P, "manifest")
+    rerun_id = manifest.filter(pl.col("relative_key") == RERUN_KEY)["unit_id"][0]
+    original = _tables(storage)
+
+    # Mark the tables: the rerun unit's words become stale, every other unit's text gets a marker.
+    words, units = original["transcripts", "words"], original["transcripts", "units"]
+    stale_words = words.with_columns(
+        pl.when(pl.col("unit_id") == rerun_id).then(pl.lit("STALE")).otherwise(pl.col("word")).alias("word"))
+    marked_units = units.with_columns(
+        pl.when(pl.col("unit_id") != rerun_id).then(pl.col("text") + " KEPT").otherwise(pl.col("text")).alias("text"))
+    storage.write_parquet(stale_words, "transcripts", P, "words")
+    storage.write_parquet(marked_units, "transcripts", P, "units")
+
+    result = _rerun(resources, [RERUN_KEY])
+    assert result.success
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    after = _tables(storage)
+
+    # The rerun unit: recomputed (stale words gone) and identical to what the whole run produced.
+    for key, before in original.items():
+        mine, theirs = after[key].filter(pl.col("unit_id") == rerun_id), before.filter(pl.col("unit_id") == rerun_id)
+        if "scores_uri" in mine.columns:  # rewritten under this copy's root
+            assert mine["scores_uri"][0].startswith(storage.storage_url)
+            mine, theirs = mine.drop("scores_uri"), theirs.drop("scores_uri")
+        assert mine.equals(theirs), key
+        others = after[key].filter(pl.col("unit_id") != rerun_id)
+        expected = before.filter(pl.col("unit_id") != rerun_id)
+        if key == ("transcripts", "units"):
+            expected = marked_units.filter(pl.col("unit_id") != rerun_id)
+        assert others.equals(expected), key  # kept as they were, in the same order
+        assert after[key]["unit_id"].to_list() == before["unit_id"].to_list(), key  # same rows, same order
+    assert "STALE" not in after["transcripts", "words"]["word"].to_list()
+    assert (after["transcripts", "units"].filter(pl.col("unit_id") != rerun_id)["text"].str.ends_with(" KEPT")).all()
+
+    meta = result.get_asset_materialization_events()[-1].event_specific_data.materialization.metadata
+    assert meta["rerun_units"].value == [rerun_id]
+
+
+def test_unknown_unit_is_a_clear_error_and_changes_nothing(copied):
+    resources, storage = copied
+    before = _tables(storage)
+    result = _rerun(resources, ["meetings/no_such_file.wav"], raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "meetings/no_such_file.wav" in failure.event_specific_data.error.message  # not retried: a config error
+    after = _tables(storage)
+    assert all(after[key].equals(frame) for key, frame in before.items())
+
+
+def test_whole_partition_rerun_replaces_every_table_and_drops_stale_files(copied):
+    resources, storage = copied
+    original = _tables(storage)
+    storage.write_parquet(original["transcripts", "words"].head(3), "transcripts", P, "words")  # a damaged table
+    stale_scores = storage.output_url("vad_scores", P, "scores", "unit-that-no-longer-exists.npy")
+    storage.write_bytes(stale_scores, b"old")
+    assert _rerun(resources, []).success
+    after = _tables(storage)
+    assert all(after[key].equals(frame) for key, frame in original.items())
+    fs, path = storage.filesystem(stale_scores)
+    assert not fs.exists(path)
+    score_files = sorted(pathlib.Path(storage.output_url("vad_scores", P, "scores")).glob("*.npy"))
+    assert len(score_files) == len(after["vad_scores", "units"])
