@@ -2,9 +2,11 @@
 
 The daily schedule targets it; the UI's "Materialize" and backfills work on the assets directly.
 Transient failures are retried at two levels: each asset's `RetryPolicy` retries its step in the same
-run (object-storage hiccups, a pod evicted mid-step), and the instance's run retries (`run_retries` in
-dagster.yaml / `dagsterDaemon.runRetries` in the Helm values) relaunch a run whose worker died, from the
-failed step on. A quarantined GPU worker is never retried in place: a run retry lands in a fresh pod.
+run (object-storage hiccups, a step that raised), and the instance's run retries (`run_retries` in
+dagster.yaml / `dagsterDaemon.runRetries` in the Helm values, with run monitoring on Kubernetes) relaunch
+a run that failed for another reason, such as a lost run pod, from the failed step on. Failures that a
+retry cannot fix are not retried: a quarantined GPU worker (rerun the partition: the new run gets a fresh
+process, on Kubernetes a fresh pod) and a bad `units` request.
 """
 
 import dagster as dg

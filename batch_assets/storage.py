@@ -127,11 +127,14 @@ class StorageResource(dg.ConfigurableResource):
     def replace_partition(self, asset: str, partition: str, remove_stale: bool = True) -> Iterator[PartitionOutputs]:
         """One materialization's outputs for (asset, partition), replacing the previous ones.
 
-        Every file is written under a temporary name and moved into place (one atomic rename locally, one
-        PUT on S3), so a reader sees the old table or the new one, never half of one and never an empty
-        folder. Once all files are written, whatever the previous materialization left that this one did
-        not write is removed (no stale rows); if the block fails, nothing is removed. `remove_stale=False`
-        keeps the other files (a rerun of some units rewrites only theirs).
+        Tables are written under a temporary name and moved into place (an atomic rename locally; on S3
+        the final key is written by one copy, so it appears whole), so a reader sees the old table or the
+        new one, never half of one and never an empty folder. Arrays go to a folder of their own per
+        materialization (`outputs.version`), so the previous tables keep pointing at the previous
+        arrays until they are replaced. Once everything is written, whatever the previous
+        materialization left that this one did not write is removed (no stale rows, no orphan arrays); if
+        the block fails, nothing is removed. `remove_stale=False` keeps the other files (a rerun of some
+        units adds only theirs).
         """
         outputs = PartitionOutputs(self, asset, partition)
         yield outputs
@@ -145,6 +148,8 @@ class PartitionOutputs:
     def __init__(self, storage: StorageResource, asset: str, partition: str):
         self.storage, self.asset, self.partition = storage, asset, partition
         self.written: set[str] = set()
+        # names this materialization's array folder: sortable by time, unique across writers
+        self.version = time.strftime("v%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
     def write_parquet(self, frame: pl.DataFrame, name: str) -> str:
         return self._track(self.storage.write_parquet(frame, self.asset, self.partition, name))

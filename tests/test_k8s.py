@@ -84,6 +84,27 @@ def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
         assert not job["spec"]["template"]["spec"].get("tolerations"), name
 
 
+def test_every_step_pods_requests_fit_its_limits():
+    """The API server refuses a pod whose request exceeds its limit; schema validation does not catch it."""
+    from kubernetes.utils import parse_quantity
+
+    for name, job in _step_jobs().items():
+        resources = _resources(job)
+        for resource, limit in resources.get("limits", {}).items():
+            request = resources.get("requests", {}).get(resource)
+            if request is not None:
+                assert parse_quantity(request) <= parse_quantity(limit), (name, resource, request, limit)
+    gpu = _resources(_step_jobs()["gpu_section"])
+    assert parse_quantity(gpu["limits"]["memory"]) >= parse_quantity("24Gi")
+
+
+def test_the_image_can_reach_the_charts_instance():
+    """The chart configures Postgres run/event/schedule storage; run and step pods load it from this image."""
+    from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+
+    assert all(isinstance(c, type) for c in (PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage))
+
+
 def test_step_pods_carry_the_deployment_env_and_secrets():
     for name, job in _step_jobs().items():
         container = job["spec"]["template"]["spec"]["containers"][0]

@@ -67,7 +67,8 @@ def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
 
     result = _rerun(resources, [RERUN_KEY])
     assert result.success
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == 3 and all(e.passed and e.partition == P for e in evaluations)
     after = _tables(storage)
 
     # The rerun unit: recomputed (stale words gone) and identical to what the whole run produced.
@@ -96,21 +97,43 @@ def test_unknown_unit_is_a_clear_error_and_changes_nothing(copied):
     result = _rerun(resources, ["meetings/no_such_file.wav"], raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "meetings/no_such_file.wav" in failure.event_specific_data.error.message  # not retried: a config error
+    assert "meetings/no_such_file.wav" in failure.event_specific_data.error.message
+    assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in result.all_events)  # a config error
     after = _tables(storage)
     assert all(after[key].equals(frame) for key, frame in before.items())
+
+
+def test_subset_rerun_refuses_tables_that_cannot_be_kept(copied):
+    resources, storage = copied
+    units = storage.read_parquet("transcripts", P, "units")
+    storage.write_parquet(units.head(2), "transcripts", P, "units")  # no longer covers the manifest
+    before = _tables(storage)
+    result = _rerun(resources, [RERUN_KEY], raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "rerun the whole partition" in failure.event_specific_data.error.message
+    assert all(_tables(storage)[key].equals(frame) for key, frame in before.items())
 
 
 def test_whole_partition_rerun_replaces_every_table_and_drops_stale_files(copied):
     resources, storage = copied
     original = _tables(storage)
+    scores_dir = pathlib.Path(storage.output_url("vad_scores", P, "scores"))
+    old_files = set(scores_dir.rglob("*.npy"))
+    assert old_files
     storage.write_parquet(original["transcripts", "words"].head(3), "transcripts", P, "words")  # a damaged table
-    stale_scores = storage.output_url("vad_scores", P, "scores", "unit-that-no-longer-exists.npy")
-    storage.write_bytes(stale_scores, b"old")
+    stale = storage.output_url("vad_scores", P, "leftover-from-an-older-version.parquet")
+    storage.write_bytes(stale, b"old")
     assert _rerun(resources, []).success
     after = _tables(storage)
-    assert all(after[key].equals(frame) for key, frame in original.items())
-    fs, path = storage.filesystem(stale_scores)
-    assert not fs.exists(path)
-    score_files = sorted(pathlib.Path(storage.output_url("vad_scores", P, "scores")).glob("*.npy"))
-    assert len(score_files) == len(after["vad_scores", "units"])
+    for key, frame in original.items():
+        if key == ("vad_scores", "units"):  # scores moved to this materialization's folder
+            frame, now = frame.drop("scores_uri"), after[key].drop("scores_uri")
+        else:
+            now = after[key]
+        assert now.equals(frame), key
+    fs, stale_path = storage.filesystem(stale)
+    assert not fs.exists(stale_path)
+    new_files = {pathlib.Path(storage.filesystem(u)[1]) for u in after["vad_scores", "units"]["scores_uri"]}
+    assert set(scores_dir.rglob("*.npy")) == new_files  # exactly this materialization's arrays
+    assert not new_files & old_files  # the previous arrays are gone

@@ -22,18 +22,24 @@ from batch_assets.storage import StorageResource
 
 
 def _each_partition(context: dg.AssetCheckExecutionContext, check_one) -> dg.AssetCheckResult:
-    """Run `check_one(partition) -> (passed, metadata)` for every partition of the run; one result for all."""
+    """Run `check_one(partition) -> (passed, metadata)` for every partition of the run.
+
+    One partition: its result. Several (a backfill run): each partition's evaluation is recorded against
+    that partition (so the UI shows every backfilled partition's check), and the step's own result is
+    the summary, passing only if every partition passed.
+    """
     partitions = list(context.partition_keys)
     results = {partition: check_one(partition) for partition in partitions}
     if len(partitions) == 1:
         passed, metadata = results[partitions[0]]
         return dg.AssetCheckResult(passed=passed, metadata=metadata)
+    spec = context.check_specs[0]
+    for partition, (passed, metadata) in results.items():
+        context.op_execution_context.log_event(dg.AssetCheckEvaluation(
+            asset_key=spec.asset_key, check_name=spec.name, passed=passed, metadata=metadata, partition=partition,
+        ))
     failed = [p for p, (passed, _) in results.items() if not passed]
-    return dg.AssetCheckResult(
-        passed=not failed,
-        metadata={"partitions": partitions, "failed_partitions": failed}
-        | {f"{p}: {key}": value for p, (_, metadata) in results.items() for key, value in metadata.items()},
-    )
+    return dg.AssetCheckResult(passed=not failed, metadata={"partitions": partitions, "failed_partitions": failed})
 
 
 class BaselineResource(dg.ConfigurableResource):
@@ -84,15 +90,16 @@ def gate_against_baseline(
     context: dg.AssetCheckExecutionContext, storage: StorageResource, baseline: BaselineResource
 ) -> dg.AssetCheckResult:
     baseline_storage = baseline.storage_like(storage)
-    if baseline_storage is None:
-        return dg.AssetCheckResult(passed=True, metadata={"baseline": "none configured (BATCH_ASSETS_BASELINE_URL)"})
-    result = gate(baseline_storage, storage, list(context.partition_keys))
-    return dg.AssetCheckResult(
-        passed=result.passed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```")}
-        | {k: v for k, v in result.as_dict().items() if k != "partitions"},
-    )
+
+    def gate_one(partition: str) -> tuple[bool, dict]:
+        if baseline_storage is None:
+            return True, {"baseline": "none configured (BATCH_ASSETS_BASELINE_URL)"}
+        result = gate(baseline_storage, storage, [partition])
+        return result.passed, {
+            "baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```"),
+        } | {k: v for k, v in result.as_dict().items() if k != "partitions"}
+
+    return _each_partition(context, gate_one)
 
 
 transcripts_checks = [units_accounted_for, no_words_on_silent_units, gate_against_baseline]

@@ -21,7 +21,15 @@ from pydantic import Field
 from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.resources import GpuResource, quarantine
-from batch_assets.gpu.tables import VAD_UNITS_SCHEMA, WORDS_SCHEMA, diarization_tables, keep_other_units, transcript_tables, vad_tables
+from batch_assets.gpu.tables import (
+    VAD_UNITS_SCHEMA,
+    WORDS_SCHEMA,
+    diarization_tables,
+    keep_other_units,
+    tables_to_keep,
+    transcript_tables,
+    vad_tables,
+)
 from batch_assets.ingest.assets import class_counts, fetched_audio, prepared_flights, table_schema
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
@@ -33,7 +41,7 @@ GPU_POOL = "gpu"
 GPU_K8S_CONFIG = {
     "container_config": {
         "resources": {
-            "limits": {"nvidia.com/gpu": "1"},
+            "limits": {"nvidia.com/gpu": "1", "memory": "32Gi"},
             "requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "24Gi"},
         }
     },
@@ -115,7 +123,7 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
     ids = set(manifest["unit_id"])
     unknown = [u for u in requested if u not in ids and u not in by_key]
     if unknown:
-        raise dg.Failure(f"units not in this partition's manifest (rerun fetched_audio if they are new): {unknown}",
+        raise dg.Failure(f"units not in this partition's manifest (new audio? rerun the whole partition): {unknown}",
                          allow_retries=False)
     return {u if u in ids else by_key[u] for u in requested}
 
@@ -134,6 +142,12 @@ def run_partition(
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     flights = storage.read_parquet("prepared_flights", partition, "flights")
     chosen = selected_units(config.units, manifest)
+    previous = None
+    if chosen is not None:  # checked before the section runs: a rerun that cannot keep the other rows does nothing
+        try:
+            previous = tables_to_keep(storage, partition, manifest)
+        except ValueError as error:
+            raise dg.Failure(str(error), allow_retries=False) from error
     ok_units = plan.filter(pl.col("result_class") == "ok")
     if chosen is not None:
         ok_units = ok_units.filter(pl.col("unit_id").is_in(list(chosen)))
@@ -178,7 +192,7 @@ def run_partition(
         section_s, exited_unix = time.perf_counter() - entered, time.time()
         cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
 
-    tables = write_tables(storage, partition, manifest, plan, outcomes, chosen)
+    tables = write_tables(storage, partition, manifest, plan, outcomes, chosen, previous)
     vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
     audio_s = float(vad_units["duration_s"].sum() or 0.0)
     run_audio_s = sum(o.duration_s for o in outcomes if o.vad is not None)
@@ -240,7 +254,7 @@ def run_partition(
 
 
 def write_tables(storage: StorageResource, partition: str, manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list,
-                 chosen: set[str] | None) -> dict[tuple[str, str], pl.DataFrame]:
+                 chosen: set[str] | None, previous: dict | None) -> dict[tuple[str, str], pl.DataFrame]:
     """Write the three assets' tables, keyed (asset, table): the whole partition replaced, or only the chosen units' rows.
 
     The score arrays are written while the vad_scores partition is open, so they count as this
@@ -249,7 +263,7 @@ def write_tables(storage: StorageResource, partition: str, manifest: pl.DataFram
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     with storage.replace_partition("vad_scores", partition, remove_stale=whole) as vad_out:
-        vad_units, regions = vad_tables(outcomes, lambda uid, a: vad_out.write_array(a, f"scores/{uid}"))
+        vad_units, regions = vad_tables(outcomes, lambda uid, a: vad_out.write_array(a, f"scores/{vad_out.version}/{uid}"))
         turns, speakers = diarization_tables(outcomes)
         units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
                                          plan, outcomes)
@@ -257,8 +271,7 @@ def write_tables(storage: StorageResource, partition: str, manifest: pl.DataFram
                   ("diarization", "turns"): turns, ("diarization", "speakers"): speakers,
                   ("transcripts", "units"): units, ("transcripts", "words"): words}
         if not whole:
-            tables = {(asset, name): keep_other_units(storage, asset, partition, name, frame, chosen, unit_order)
-                      for (asset, name), frame in tables.items()}
+            tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
         uris = {("vad_scores", name): vad_out.write_parquet(tables["vad_scores", name], name) for name in ("units", "regions")}
     for asset in ("diarization", "transcripts"):
         with storage.replace_partition(asset, partition, remove_stale=whole) as out:

@@ -23,6 +23,12 @@ from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
 
 _LOADED: dict[tuple, LoadedModels] = {}
 _QUARANTINE: list[str] = []
+_LOADS = [0]
+
+
+def model_loads() -> int:
+    """How many times this process has loaded models (a backfill run that loads once per run shows 1)."""
+    return _LOADS[0]
 
 
 def quarantine(reason: str) -> None:
@@ -84,6 +90,7 @@ class GpuResource(dg.ConfigurableResource):
         if log:
             log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in {loaded.load_seconds:.1f} s")
         _LOADED[key] = loaded
+        _LOADS[0] += 1
         return loaded
 
     @property

@@ -103,18 +103,40 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list
     return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
 
 
-def keep_other_units(storage, asset: str, partition: str, name: str, new_rows: pl.DataFrame, rerun: set[str],
-                     unit_order: list[str]) -> pl.DataFrame:
+TABLE_SCHEMAS = {
+    ("vad_scores", "units"): VAD_UNITS_SCHEMA, ("vad_scores", "regions"): REGIONS_SCHEMA,
+    ("diarization", "turns"): TURNS_SCHEMA, ("diarization", "speakers"): SPEAKERS_SCHEMA,
+    ("transcripts", "units"): TRANSCRIPT_UNITS_SCHEMA, ("transcripts", "words"): WORDS_SCHEMA,
+}
+
+
+def tables_to_keep(storage, partition: str, manifest: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
+    """The partition's current tables, before a rerun of some units; raises ValueError if they cannot be kept.
+
+    Keeping other units' rows is only sound when the current tables are complete, written with today's
+    schemas, and cover exactly the units of the current manifest; otherwise the whole partition must run.
+    """
+    tables = {}
+    for (asset, name), schema in TABLE_SCHEMAS.items():
+        try:
+            frame = storage.read_parquet(asset, partition, name)
+        except FileNotFoundError as error:
+            raise ValueError(f"{asset}/{name} is missing for {partition}: rerun the whole partition") from error
+        if dict(frame.schema) != schema:
+            raise ValueError(f"{asset}/{name} of {partition} has an older schema: rerun the whole partition")
+        tables[asset, name] = frame
+    if sorted(tables["transcripts", "units"]["unit_id"]) != sorted(manifest["unit_id"]):
+        raise ValueError(f"transcripts of {partition} do not cover the current manifest: rerun the whole partition")
+    return tables
+
+
+def keep_other_units(previous: pl.DataFrame, new_rows: pl.DataFrame, rerun: set[str], unit_order: list[str]) -> pl.DataFrame:
     """A table after rerunning some units: the previous rows of every other unit, plus the rerun units' new rows.
 
     Rows are ordered by the manifest's unit order, then by their order within the unit, as a whole run writes them.
     """
-    try:
-        previous = storage.read_parquet(asset, partition, name)
-    except FileNotFoundError:
-        previous = new_rows.clear()
     kept = previous.filter(~pl.col("unit_id").is_in(list(rerun)))
     rank = {uid: i for i, uid in enumerate(unit_order)}
-    merged = pl.concat([kept, new_rows.select(kept.columns).cast(kept.schema)], how="vertical").with_row_index("_row")
+    merged = pl.concat([kept, new_rows], how="vertical").with_row_index("_row")
     merged = merged.with_columns(pl.col("unit_id").replace_strict(rank, default=len(rank)).alias("_rank"))
     return merged.sort("_rank", "_row").drop("_rank", "_row")

@@ -113,7 +113,7 @@ def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, 
         plan, flights = prepare_flights(
             manifest,
             source_path_of=storage.filesystem,
-            write_flight=lambda flight_id, audio: outputs.write_array(audio, f"audio/{flight_id}"),
+            write_flight=lambda flight_id, audio: outputs.write_array(audio, f"audio/{outputs.version}/{flight_id}"),
             budget_s=config.decode_budget_seconds,
             max_units=config.max_units_per_flight,
             concurrency=config.decode_concurrency,
