@@ -33,57 +33,59 @@ SPEAKERS = {
     "dave": ("en+m7", 130, 25),
 }
 
+# Written in the builtin ASR model's vocabulary (the 500 most common English words, see
+# batch_assets/training/corpus.py): every word is one the tiny model was trained on, in sentences it never saw.
 DIALOGUES = {
     "meetings/standup.wav": [
-        ("alice", "good morning everyone let us start the daily meeting"),
-        ("bob", "yesterday i finished the report for the new client"),
-        ("alice", "great work did you send it to the team"),
-        ("bob", "yes i sent it last night and they liked it"),
-        ("alice", "today i will look at the numbers for next week"),
-        ("bob", "i can help you with that after lunch"),
-        ("alice", "thank you that would be very useful"),
+        ("alice", "good morning everyone let us start the team talk"),
+        ("bob", "last week i made the report for the new company"),
+        ("alice", "great work did you give it to the team"),
+        ("bob", "yes i put it on the system last night and they like it"),
+        ("alice", "today i will look at the data for next week"),
+        ("bob", "i can help you with that after the morning call"),
+        ("alice", "thank you that would be very good"),
         ("bob", "no problem see you at two"),
-        ("alice", "one more thing the office will be closed on friday"),
-        ("bob", "good to know i will work from home that day"),
-        ("alice", "please remember to update the project board before you leave"),
-        ("bob", "i will do it right after this meeting"),
-        ("alice", "perfect that is all for today have a good one"),
+        ("alice", "one more thing the office will not be open next week"),
+        ("bob", "good to know i will work from home that week"),
+        ("alice", "please remember to check the plan before you leave"),
+        ("bob", "i will do it right after this call"),
+        ("alice", "great that is all for today have a good one"),
     ],
     "calls/2026/support_call.flac": [
-        ("carol", "hello thank you for calling how can i help you today"),
-        ("dave", "my order has not arrived and it has been two weeks"),
-        ("carol", "i am sorry to hear that can you give me your order number"),
-        ("dave", "sure it is four five six seven"),
-        ("carol", "thank you i can see the order is still at the store"),
-        ("dave", "can you send it out today please"),
-        ("carol", "yes it will leave this afternoon and you will get a message"),
+        ("carol", "good morning thank you for the call how can i help you today"),
+        ("dave", "my order is still not here and it has been over a week"),
+        ("carol", "i understand can you give me your order number"),
+        ("dave", "sure it is four five six"),
+        ("carol", "thank you i can see the order is still at the office"),
+        ("dave", "can you get it out today please"),
+        ("carol", "yes it will leave this morning and you will get a phone call"),
         ("dave", "that is good thank you for your help"),
         ("carol", "is there anything else i can do for you today"),
         ("dave", "no that was all have a nice day"),
         ("carol", "you too have a good day"),
     ],
     "calls/2026/interview.ogg": [
-        ("bob", "welcome to the show tell us about your new book"),
-        ("carol", "it is a story about a small town by the sea"),
-        ("bob", "what made you want to write about that place"),
-        ("carol", "i grew up there and the people were very kind"),
-        ("alice", "i read it last month and i loved the ending"),
+        ("bob", "thank you for coming on the show tell us about your new book"),
+        ("carol", "it is a story about a small city by the water"),
+        ("bob", "what made you want to talk about that place"),
+        ("carol", "i was a child there and the people were very kind"),
+        ("alice", "i read it a few months ago and i love the end"),
         ("carol", "thank you so much that means a lot to me"),
-        ("alice", "who was your favourite person in the story"),
-        ("carol", "the old doctor because he always had time for everyone"),
-        ("bob", "will there be a second book about the same town"),
-        ("carol", "maybe i have some ideas but nothing is ready yet"),
+        ("alice", "who was your best friend in the story"),
+        ("carol", "the old man in the white house because he always had time for everyone"),
+        ("bob", "will there be a second book about the same city"),
+        ("carol", "maybe i have some idea but nothing is done yet"),
         ("bob", "we are out of time but thank you both for coming"),
     ],
     "meetings/planning.mp3": [
-        ("dave", "shall we plan the trip for next month"),
+        ("dave", "should we plan a day in the city next week"),
         ("alice", "yes i think we should leave early in the morning"),
-        ("dave", "the train is faster but the bus costs much less"),
-        ("alice", "let us take the train and book the tickets now"),
-        ("dave", "how many days do you want to stay there"),
-        ("alice", "three days is enough to see the old city and the river"),
-        ("dave", "i will find a small hotel near the station"),
-        ("alice", "great send me the link when you have it"),
+        ("dave", "taking the car is easy but we need more money for it"),
+        ("alice", "let us take the car and buy the food now"),
+        ("dave", "how many hours do you want to stay there"),
+        ("alice", "three hours is enough to see the old city and the water"),
+        ("dave", "i will find a small place near the music school"),
+        ("alice", "great call me when you have it"),
     ],
 }
 SILENT_UNIT = ("silence/empty_room.wav", 20.0)
@@ -123,7 +125,17 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
     return signal, truth
 
 
+def check_vocabulary() -> None:
+    from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, common_words
+
+    vocabulary = set(common_words(ASR_VOCABULARY_WORDS))
+    outside = sorted({w for turns in DIALOGUES.values() for _, text in turns for w in text.split()} - vocabulary)
+    if outside:
+        raise SystemExit(f"words outside the builtin ASR model's vocabulary: {outside}")
+
+
 def main() -> None:
+    check_vocabulary()
     rng = np.random.default_rng(20260115)
     audio_dir = ROOT / "audio" / PARTITION
     truth_dir = ROOT / "truth"

@@ -20,9 +20,24 @@ def _by_rel(storage) -> dict[str, str]:
     return dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
 
 
-# The issue's bar for the tiny TDT model is 5 % WER; the shipped model is not there yet (its held-out WER
-# is in weights/tiny-tdt.json). This guards what it does reach: far better than the ~100 % of noise.
-SAMPLE_WER_BAR = 0.8
+# The issue's bar for the tiny TDT model is 5 % WER (Whisper-style normalisation: truth and text are both
+# lowercase words without punctuation). The shipped model measures 7.5 % on the sample (7.0 % on held-out
+# test sentences, weights/tiny-tdt.json), so this guards what it reaches; noise scores ~100 %.
+SAMPLE_WER_BAR = 0.10
+REPORT = json.loads((REPO_ROOT / "batch_assets" / "models" / "weights" / "tiny-tdt.json").read_text())
+
+
+def test_sample_is_written_in_the_models_vocabulary_but_not_in_its_sentences():
+    """The sample partition is a fair test: every word was trained on, no sentence was."""
+    from batch_assets.training.corpus import common_words, make_sentences
+
+    vocabulary = set(common_words(REPORT["words"]))
+    sentences = [t["text"] for truth in TRUTH.values() for t in truth["turns"]]
+    assert {w for s in sentences for w in s.split()} <= vocabulary
+    assert all(s == s.lower() and s.replace(" ", "").isalpha() for s in sentences)
+    # the training sentences, regenerated exactly as train_asr drew them (seeded; the first N of the draw)
+    trained = make_sentences(REPORT["train_utterances"], np.random.default_rng(REPORT["seed"]), vocabulary=REPORT["words"])
+    assert not set(sentences) & set(trained)
 
 
 def test_words_match_the_ground_truth(sample_run):

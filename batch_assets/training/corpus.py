@@ -21,6 +21,10 @@ import soundfile as sf
 import soxr
 
 RATE = 16_000
+# The builtin ASR model's vocabulary: the N most common English words. Small enough for a ~1 M-parameter
+# model trained for an hour on two CPU cores to learn every word from many voices; the sample partition is
+# written in it (scripts/make_sample_data.py checks).
+ASR_VOCABULARY_WORDS = 500
 TRAIN_ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en"]
 TRAIN_VARIANTS = ["", "+m1", "+m3", "+m7", "+f2", "+f3", "+f5"]
 HELD_OUT_VOICES = ["en-gb-scotland+m4", "en-us-nyc+f4", "en-gb-x-gbclan+m6"]

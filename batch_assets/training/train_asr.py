@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from batch_assets.training.corpus import HELD_OUT_VOICES, make_sentences, synthesize, train_voices
+from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, HELD_OUT_VOICES, make_sentences, synthesize, train_voices
 from batch_assets.training.tdt_loss import tdt_loss
 
 WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "models" / "weights"
@@ -101,16 +101,17 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--train", type=int, default=2600)
+    parser.add_argument("--train", type=int, default=5000)
     parser.add_argument("--val", type=int, default=120)
     parser.add_argument("--test", type=int, default=200)
-    parser.add_argument("--vocab", type=int, default=128)
+    parser.add_argument("--words", type=int, default=ASR_VOCABULARY_WORDS, help="sentences use the N most common English words")
+    parser.add_argument("--vocab", type=int, default=256, help="BPE vocabulary size")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS / "tiny-tdt.nemo")
-    parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (same data, same tokenizer)")
+    parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (its tokenizer; the same seeded sentence draw, --train may extend it)")
     parser.add_argument("--warmup", type=int, default=300)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -118,7 +119,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     started = time.time()
 
-    sentences = make_sentences(args.train + args.val + args.test, rng)
+    sentences = make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words)
     train_s, val_s, test_s = sentences[: args.train], sentences[args.train : args.train + args.val], sentences[args.train + args.val :]
     voices = train_voices()
     train = synthesize(train_s, voices, seed=args.seed * 10 + 1)
@@ -140,12 +141,12 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-3)
     budget_s = args.minutes * 60
     warmup = args.warmup
-    est_steps = int(budget_s * 3)
 
-    def lr_at(step: int) -> float:
+    def lr_at(step: int, elapsed_s: float) -> float:
+        """Linear warm-up, then a cosine over the *time* budget (step rates vary 2x on shared cores)."""
         if step < warmup:
             return args.lr * (step + 1) / warmup
-        return args.lr * max(0.05, 0.5 * (1 + math.cos(math.pi * min(1.0, step / est_steps))))
+        return args.lr * max(0.02, 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed_s / budget_s))))
 
     tokens = [model.tokenizer.text_to_ids(u.text) for u in train]
     best, best_state, history, step, epoch = float("inf"), None, [], 0, 0
@@ -176,7 +177,7 @@ def main() -> None:
             joint = model.joint(encoder_outputs=encoded, decoder_outputs=decoded)
             loss = tdt_loss(joint, targets, encoded_len, target_lengths, DURATIONS, blank=blank, sigma=0.02)
             for g in optimizer.param_groups:
-                g["lr"] = lr_at(step)
+                g["lr"] = lr_at(step, time.time() - train_started)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -196,9 +197,12 @@ def main() -> None:
         "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train),
         "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
         "val_wer": best, "test_wer": wer(model, test), "test_wer_unseen_voices": wer(model, unseen),
-        "unseen_voices": HELD_OUT_VOICES, "history": history, "seed": args.seed,
+        "unseen_voices": HELD_OUT_VOICES, "history": history, "seed": args.seed, "words": args.words,
         "continued_from": str(args.init) if args.init else None,
     }
+    if args.init and args.init.with_suffix(".json").exists():  # the earlier stage's report, without its history
+        earlier = json.loads(args.init.with_suffix(".json").read_text())
+        report["earlier_stage"] = {k: v for k, v in earlier.items() if k != "history"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     model.save_to(str(args.out))
     report["size_mb"] = args.out.stat().st_size / 1e6
