@@ -126,11 +126,16 @@ def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(dagster_
     assert _wait_for_run(client, run_id) == "SUCCESS", log.read_text()[-4000:]
     assert _tables_exist(storage, "2026-02-01")
 
-    launched = client._execute(LAUNCH_BACKFILL, {"params": {
-        "partitionNames": ["2026-02-02", "2026-02-03"],
-        "assetSelection": [{"path": [asset]} for asset in ASSETS],
-        "title": "test backfill",
-    }})["launchPartitionBackfill"]
+    params = {"partitionNames": ["2026-02-02", "2026-02-03"], "assetSelection": [{"path": [a]} for a in ASSETS],
+              "title": "test backfill"}
+    for _ in range(5):
+        launched = client._execute(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        # Dagster 1.13.27 sometimes refuses a backfill of a non-subsettable multi-asset with "Targeted subset
+        # must match" (its check compares partition subsets whose cached fields depend on iteration order);
+        # launching again is what a user in the UI does. Any other error fails at once.
+        if "Targeted subset must match" not in launched.get("message", ""):
+            break
+        time.sleep(1)
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     backfill_id = launched["backfillId"]
 
