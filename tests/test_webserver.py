@@ -77,6 +77,10 @@ def dagster_dev(tmp_path, lock_dir):
         "DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": str(source), "BATCH_ASSETS_STORAGE_URL": str(storage),
         "BATCH_ASSETS_LOCK_DIR": str(lock_dir), "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "1",
         "HF_HUB_OFFLINE": "1", "PYANNOTE_METRICS_ENABLED": "false",
+        # Dagster 1.13.27's backfill validation for a non-subsettable multi-asset can refuse a valid backfill
+        # ("Targeted subset must match") depending on set iteration order, i.e. on the process's hash seed;
+        # a fixed seed keeps this test about our code. (Noted for upstream; the UI can meet the same refusal.)
+        "PYTHONHASHSEED": "0",
     }
     log = (tmp_path / "dagster_dev.log").open("w")
     process = subprocess.Popen(
@@ -128,14 +132,7 @@ def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(dagster_
 
     params = {"partitionNames": ["2026-02-02", "2026-02-03"], "assetSelection": [{"path": [a]} for a in ASSETS],
               "title": "test backfill"}
-    for _ in range(5):
-        launched = client._execute(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
-        # Dagster 1.13.27 sometimes refuses a backfill of a non-subsettable multi-asset with "Targeted subset
-        # must match" (its check compares partition subsets whose cached fields depend on iteration order);
-        # launching again is what a user in the UI does. Any other error fails at once.
-        if "Targeted subset must match" not in launched.get("message", ""):
-            break
-        time.sleep(1)
+    launched = client._execute(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     backfill_id = launched["backfillId"]
 
