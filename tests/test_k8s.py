@@ -88,13 +88,14 @@ def test_every_step_pods_requests_fit_its_limits():
     """The API server refuses a pod whose request exceeds its limit; schema validation does not catch it."""
     from kubernetes.utils import parse_quantity
 
-    for name, job in _step_jobs().items():
+    jobs = _step_jobs()
+    for name, job in jobs.items():
         resources = _resources(job)
         for resource, limit in resources.get("limits", {}).items():
             request = resources.get("requests", {}).get(resource)
             if request is not None:
                 assert parse_quantity(request) <= parse_quantity(limit), (name, resource, request, limit)
-    gpu = _resources(_step_jobs()["gpu_section"])
+    gpu = _resources(jobs["gpu_section"])
     assert parse_quantity(gpu["limits"]["memory"]) >= parse_quantity("24Gi")
 
 
