@@ -126,10 +126,9 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
 
 
 def check_vocabulary() -> None:
-    from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, common_words
+    from batch_assets.training.corpus import outside_vocabulary
 
-    vocabulary = set(common_words(ASR_VOCABULARY_WORDS))
-    outside = sorted({w for turns in DIALOGUES.values() for _, text in turns for w in text.split()} - vocabulary)
+    outside = sorted(outside_vocabulary(text for turns in DIALOGUES.values() for _, text in turns))
     if outside:
         raise SystemExit(f"words outside the builtin ASR model's vocabulary: {outside}")
 

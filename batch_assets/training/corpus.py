@@ -39,6 +39,11 @@ def common_words(n: int = 3000) -> tuple[str, ...]:
     return tuple(words[:n])
 
 
+def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS) -> set[str]:
+    """The words of `sentences` that are not among the N most common words (the ASR model's vocabulary)."""
+    return {word for sentence in sentences for word in sentence.split()} - set(common_words(n))
+
+
 def train_voices() -> list[str]:
     return [accent + variant for accent in TRAIN_ACCENTS for variant in TRAIN_VARIANTS]
 
