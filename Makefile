@@ -32,7 +32,8 @@ train-asr: setup
 	$(PY) -m batch_assets.training.train_asr --minutes 70 --train 5000 --out bench_out/train-asr/stage1.nemo
 	$(PY) -m batch_assets.training.train_asr --minutes 45 --train 10000 --lr 1e-3 --warmup 100 --init bench_out/train-asr/stage1.nemo --out bench_out/train-asr/stage2.nemo
 	$(PY) -m batch_assets.training.train_asr --minutes 80 --train 15000 --lr 8e-4 --warmup 100 --init bench_out/train-asr/stage2.nemo --out bench_out/train-asr/stage3.nemo
-	$(PY) -m batch_assets.training.train_asr --minutes 30 --train 15000 --lr 3e-4 --warmup 50 --init bench_out/train-asr/stage3.nemo
+	$(PY) -m batch_assets.training.train_asr --minutes 30 --train 15000 --lr 3e-4 --warmup 50 --init bench_out/train-asr/stage3.nemo --out bench_out/train-asr/stage4.nemo
+	$(PY) -m batch_assets.training.train_asr --minutes 65 --train 15000 --grammar 15000 --lr 5e-4 --warmup 100 --init bench_out/train-asr/stage4.nemo
 
 train-diarization: setup
 	$(PY) -m batch_assets.training.train_diarization

@@ -20,24 +20,27 @@ def _by_rel(storage) -> dict[str, str]:
     return dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
 
 
-# The issue's bar for the tiny TDT model is 5 % WER (Whisper-style normalisation: truth and text are both
-# lowercase words without punctuation). The shipped model measures 4.9 % on held-out test sentences
-# (weights/tiny-tdt.json) but 6.3 % on the sample partition, whose natural sentences lean on homophones
-# (two/too, there/their, know/no) that random-word training sentences cannot disambiguate; so this guards
-# what it reaches. Noise scores ~100 %.
-SAMPLE_WER_BAR = 0.07
+# The issue's bar for the tiny TDT model: 5 % WER (Whisper-style normalisation: truth and text are both
+# lowercase words without punctuation), on held-out test sentences (weights/tiny-tdt.json) and on the
+# sample partition end to end. The shipped model measures 3.5 % here; noise scores ~100 %.
+SAMPLE_WER_BAR = 0.05
 REPORT = json.loads((REPO_ROOT / "batch_assets" / "models" / "weights" / "tiny-tdt.json").read_text())
 
 
 def test_sample_is_written_in_the_models_vocabulary_but_not_in_its_sentences():
     """The sample partition is a fair test: every word was trained on, no sentence was."""
     from batch_assets.training.corpus import make_sentences, outside_vocabulary
+    from batch_assets.training.grammar import make_grammar_sentences
 
     sentences = [t["text"] for truth in TRUTH.values() for t in truth["turns"]]
     assert not outside_vocabulary(sentences, REPORT["words"])
     assert all(s == s.lower() and s.replace(" ", "").isalpha() for s in sentences)
     # the training sentences, regenerated exactly as train_asr drew them (seeded; the first N of the draw)
     trained = make_sentences(REPORT["train_utterances"], np.random.default_rng(REPORT["seed"]), vocabulary=REPORT["words"])
+    # ... and the grammatical ones (train_asr --grammar), the draw most likely to write a sample sentence
+    trained += make_grammar_sentences(REPORT["grammar_train_utterances"], np.random.default_rng(REPORT["seed"] + 1),
+                                      vocabulary=REPORT["words"])
+    assert len(trained) == REPORT["train_utterances"] + REPORT["grammar_train_utterances"]
     assert not set(sentences) & set(trained)
 
 

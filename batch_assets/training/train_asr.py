@@ -2,7 +2,8 @@
 
     .venv/bin/python -m batch_assets.training.train_asr [--minutes 30]
 
-Seeded end to end. Steps: sentences of common English words (disjoint train/val/test), espeak-ng
+Seeded end to end. Steps: sentences of common English words (disjoint train/val/test; with
+`--grammar N` also N grammatical sentences from `grammar.py`, with their own val/test splits), espeak-ng
 speech (training voices; plus a test split in voices never heard in training), a sentencepiece BPE
 tokenizer trained on the training text (the production models' path, `EncDecRNNTBPEModel`, which also
 avoids NeMo 3.0.0's character-vocabulary TDT text bug), a ~1 M-parameter FastConformer-TDT trained with
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, HELD_OUT_VOICES, make_sentences, synthesize, train_voices
+from batch_assets.training.grammar import make_grammar_sentences
 from batch_assets.training.tdt_loss import tdt_loss
 
 WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "models" / "weights"
@@ -113,19 +115,28 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS / "tiny-tdt.nemo")
     parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (its tokenizer; the same seeded sentence draw, --train may extend it)")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--grammar", type=int, default=0,
+                        help="also train on N grammatical sentences (grammar.py), with grammatical val/test splits")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     started = time.time()
 
-    sentences = make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words)
-    train_s, val_s, test_s = sentences[: args.train], sentences[args.train : args.train + args.val], sentences[args.train + args.val :]
+    def split(sentences: list[str], n_train: int) -> tuple[list[str], list[str], list[str]]:
+        return sentences[:n_train], sentences[n_train : n_train + args.val], sentences[n_train + args.val :]
+
+    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words), args.train)
+    grammar_s = make_grammar_sentences(args.grammar + args.val + args.test, np.random.default_rng(args.seed + 1),
+                                       vocabulary=args.words) if args.grammar else []
+    g_train_s, g_val_s, g_test_s = split(grammar_s, args.grammar)
     voices = train_voices()
-    train = synthesize(train_s, voices, seed=args.seed * 10 + 1)
-    val = synthesize(val_s, voices, seed=args.seed * 10 + 2)
+    train = synthesize(train_s, voices, seed=args.seed * 10 + 1) + synthesize(g_train_s, voices, seed=args.seed * 10 + 5)
+    val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2)
     test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
     unseen = synthesize(test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 4)
+    g_test = synthesize(g_test_s, voices, seed=args.seed * 10 + 6) if g_test_s else []
+    g_unseen = synthesize(g_test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 7) if g_test_s else []
     hours = sum(len(u.audio) for u in train) / 16000 / 3600
     print(f"synthesised {len(train)} training utterances ({hours:.2f} h) in {time.time() - started:.0f} s", flush=True)
 
@@ -194,12 +205,15 @@ def main() -> None:
     model.load_state_dict(best_state)
     model.eval()
     report = {
-        "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train),
+        "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train_s),
         "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
         "val_wer": best, "test_wer": wer(model, test), "test_wer_unseen_voices": wer(model, unseen),
         "unseen_voices": HELD_OUT_VOICES, "history": history, "seed": args.seed, "words": args.words,
         "continued_from": str(args.init) if args.init else None,
+        "grammar_train_utterances": len(g_train_s),
     }
+    if g_test:  # the grammatical held-out split: sentences the grammar wrote that no stage trained on
+        report.update(test_wer_grammar=wer(model, g_test), test_wer_grammar_unseen_voices=wer(model, g_unseen))
     if args.init and args.init.with_suffix(".json").exists():  # the earlier stage's report, without its history
         earlier = json.loads(args.init.with_suffix(".json").read_text())
         report["earlier_stage"] = {k: v for k, v in earlier.items() if k != "history"}

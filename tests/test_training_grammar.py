@@ -1,0 +1,33 @@
+"""The grammatical training sentences: in the vocabulary, seeded, and giving homophones their contexts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, common_words, outside_vocabulary
+from batch_assets.training.grammar import lexicon, make_grammar_sentences
+
+
+def test_sentences_are_seeded_distinct_and_in_the_vocabulary():
+    first = make_grammar_sentences(400, np.random.default_rng(7), vocabulary=ASR_VOCABULARY_WORDS)
+    again = make_grammar_sentences(400, np.random.default_rng(7), vocabulary=ASR_VOCABULARY_WORDS)
+    other = make_grammar_sentences(400, np.random.default_rng(8), vocabulary=ASR_VOCABULARY_WORDS)
+    assert first == again and first != other
+    assert len(set(first)) == 400
+    assert not outside_vocabulary(first, ASR_VOCABULARY_WORDS)
+    assert all(2 <= len(s.split()) <= 16 for s in first)
+
+
+def test_homophones_come_in_the_contexts_that_tell_them_apart():
+    """What random word draws cannot teach: "their" before a noun phrase, "there" after none,
+    "two" counting plurals; and "i" opening clauses."""
+    lex = lexicon(common_words(ASR_VOCABULARY_WORDS))
+    noun_phrase_words = set(lex.nouns) | set(lex.plurals) | set(lex.adjectives)
+    sentences = make_grammar_sentences(3000, np.random.default_rng(0), vocabulary=ASR_VOCABULARY_WORDS)
+    pairs = [(a, b) for s in sentences for a, b in zip(s.split(), s.split()[1:])]
+    after_their = [b for a, b in pairs if a == "their"]
+    assert after_their and all(b in noun_phrase_words for b in after_their)
+    assert sum(b in ("is", "are", "was", "were", "will") for a, b in pairs if a == "there") > 100
+    assert sum(b in lex.plurals for a, b in pairs if a == "two") > 10
+    assert sum(s.startswith("i ") for s in sentences) > 100
+    assert len(lex.nouns) > 100 and len(lex.verbs) > 50 and len(lex.adjectives) > 20
