@@ -23,10 +23,11 @@ dev: setup
 sample-data: setup
 	$(PY) scripts/make_sample_data.py
 
-# Four stages, as the shipped model was trained: 70 minutes from scratch on 5,000 sentences; 45 more from
-# that checkpoint on 10,000; 80 more on 15,000; then 30 at a low learning rate on the same 15,000. Each stage
+# Five stages, as the shipped model was trained: 70 minutes from scratch on 5,000 sentences; 45 more from
+# that checkpoint on 10,000; 80 more on 15,000; 30 at a low learning rate on the same 15,000; then 65 on
+# those plus 15,000 grammatical sentences (grammar.py, their own seeded draw and val/test splits). Each stage
 # extends the same seeded draw, so the validation and test sentences come after every sentence any stage
-# trained on. The budgets are wall-clock minutes: ~4 h on 2 idle cores.
+# trained on. The budgets are wall-clock minutes: ~5 h on 2 idle cores.
 train-asr: setup
 	mkdir -p bench_out/train-asr
 	$(PY) -m batch_assets.training.train_asr --minutes 70 --train 5000 --out bench_out/train-asr/stage1.nemo

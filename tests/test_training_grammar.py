@@ -19,7 +19,7 @@ def test_sentences_are_seeded_distinct_and_in_the_vocabulary():
 
 
 def test_homophones_come_in_the_contexts_that_tell_them_apart():
-    """What random word draws cannot teach: "their" before a noun phrase, "there" after none,
+    """What random word draws cannot teach: "their" before a noun phrase, "there" before a verb,
     "two" counting plurals; and "i" opening clauses."""
     lex = lexicon(common_words(ASR_VOCABULARY_WORDS))
     noun_phrase_words = set(lex.nouns) | set(lex.plurals) | set(lex.adjectives)

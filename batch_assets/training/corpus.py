@@ -91,6 +91,8 @@ def _synthesize(job: tuple[str, str, int, int, int]) -> Utterance:
 
 
 def synthesize(sentences: list[str], voices: list[str], seed: int, processes: int = 2) -> list[Utterance]:
+    if not sentences:  # no worker pool for nothing (an optional split, e.g. train_asr without --grammar)
+        return []
     rng = np.random.default_rng(seed)
     jobs = [
         (text, voices[int(rng.integers(len(voices)))], int(rng.integers(130, 200)), int(rng.integers(25, 80)), seed * 100003 + i)

@@ -135,8 +135,8 @@ def main() -> None:
     val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2)
     test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
     unseen = synthesize(test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 4)
-    g_test = synthesize(g_test_s, voices, seed=args.seed * 10 + 6) if g_test_s else []
-    g_unseen = synthesize(g_test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 7) if g_test_s else []
+    g_test = synthesize(g_test_s, voices, seed=args.seed * 10 + 6)
+    g_unseen = synthesize(g_test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 7)
     hours = sum(len(u.audio) for u in train) / 16000 / 3600
     print(f"synthesised {len(train)} training utterances ({hours:.2f} h) in {time.time() - started:.0f} s", flush=True)
 
