@@ -1,8 +1,10 @@
-"""`batch-assets run`: materialize all five assets for a partition and print a short summary.
+"""`batch-assets run`: run the job `transcribe_partition` (five assets and their checks) for a partition.
 
 Runs on the embedded default: local files (the bundled sample partition unless
 BATCH_ASSETS_SOURCE_URL says otherwise), the SQLite instance under `dagster_home/` (so the runs show up
-in `dagster dev` afterwards), and the offline builtin models.
+in `dagster dev` afterwards), and the offline builtin models. The job runs on the instance with its
+own executor (one process per step), tags and checks, exactly as the schedule or a UI launch runs it.
+Before it launches, runs of this instance whose processes died are failed and their gpu slots freed.
 """
 
 from __future__ import annotations
@@ -38,31 +40,44 @@ def _summary(storage, partition: str, wall_s: float) -> str:
     return "\n".join(lines)
 
 
-def run(partition: str, last: str | None = None) -> int:
-    """Materialize one partition, or (with `last`) every partition from `partition` to `last` in one run,
-    as a backfill run does: the models are loaded once for all of them."""
+def run(partition: str, last: str | None = None, run_config: dict | None = None) -> int:
+    """Run `transcribe_partition` for one partition, or (with `last`) every partition from `partition` to
+    `last` in one run, as a backfill run does: the models are loaded once for all of them."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
-    from batch_assets.definitions import all_assets, defs
-    from batch_assets.partitions import daily_partitions
+    from batch_assets.dead_runs import free_dead_runs
+    from batch_assets.definitions import defs
+    from batch_assets.partitions import PartitionKeyError, check_partition_key, daily_partitions
 
-    resources = defs.resources
+    try:
+        partitions = [check_partition_key(partition)] if last is None else daily_partitions.get_partition_keys_in_range(
+            dg.PartitionKeyRange(check_partition_key(partition), check_partition_key(last)))
+    except PartitionKeyError as error:
+        print(f"batch-assets: {error}", file=sys.stderr)
+        return 2
     if last is None:
-        target = {"partition_key": partition}
-        partitions = [partition]
+        tags = {"dagster/partition": partition}
     else:
-        target = {"tags": {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": last}}
-        partitions = daily_partitions.get_partition_keys_in_range(dg.PartitionKeyRange(partition, last))
+        tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": last}
+    instance = dg.DagsterInstance.get()
+    free_dead_runs(instance, lambda message: print(f"batch-assets: {message}", file=sys.stderr))
     started = time.perf_counter()
-    result = dg.materialize(all_assets, resources=resources, instance=dg.DagsterInstance.get(), **target)
+    result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags, run_config=run_config)
     wall_s = time.perf_counter() - started
     if not result.success:
         print(f"run {result.run_id} failed", file=sys.stderr)
         return 1
     for key in partitions:
-        print(_summary(resources["storage"], key, wall_s))
+        print(_summary(defs.resources["storage"], key, wall_s))
     return 0
+
+
+def transcribe_partition_job():
+    """The job as `dg.reconstructable` needs it: a module-level function of an importable module."""
+    from batch_assets.definitions import transcribe_partition
+
+    return transcribe_partition()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     run_parser = sub.add_parser("run", help="materialize all five assets for one partition and print a summary")
     run_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
+    run_parser.add_argument("--allow-shrink", action="store_true",
+                            help="replace the partition's results even if the source now lists far fewer units")
     args = parser.parse_args(argv)
-    return run(args.partition, args.through)
+    config = {"ops": {"fetched_audio": {"config": {"allow_shrink": True}}}} if args.allow_shrink else None
+    return run(args.partition, args.through, config)
 
 
 if __name__ == "__main__":

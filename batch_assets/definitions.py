@@ -6,6 +6,7 @@ webserver, the daemon and every step process do) takes a couple of seconds.
 
 import dagster as dg
 
+from batch_assets.dead_runs import free_dead_runs_sensor
 from batch_assets.executor import executor_from_env
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.resources import GpuResource
@@ -18,6 +19,12 @@ defs = dg.Definitions(
     asset_checks=transcripts_checks,
     jobs=[transcribe_partition_job],
     schedules=[daily_transcription_schedule],
+    sensors=[free_dead_runs_sensor],
     resources={"storage": StorageResource(), "gpu": GpuResource(), "baseline": BaselineResource()},
     executor=executor_from_env(),
 )
+
+
+def transcribe_partition() -> dg.JobDefinition:
+    """The job, resolved, for `dg.reconstructable` (what `batch-assets run` executes on the instance)."""
+    return defs.resolve_job_def("transcribe_partition")

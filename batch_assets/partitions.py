@@ -2,17 +2,49 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 
 import dagster as dg
 
-PARTITIONS_START_DATE = os.environ.get("BATCH_ASSETS_PARTITIONS_START", "2026-01-01")
+from batch_assets.settings import SettingError, env_int
+
+PARTITION_FORMAT = "%Y-%m-%d"
 SAMPLE_PARTITION = "2026-01-15"
 
+
+def _start_date(name: str = "BATCH_ASSETS_PARTITIONS_START", default: str = "2026-01-01") -> str:
+    raw = (os.environ.get(name) or "").strip() or default
+    try:
+        datetime.datetime.strptime(raw, PARTITION_FORMAT)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not a day: use YYYY-MM-DD (e.g. {default})") from None
+    return raw
+
+
+PARTITIONS_START_DATE = _start_date()
 daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE, timezone="UTC")
 
 # A backfill hands each run up to this many consecutive partitions: the GPU step loads its models once per
 # run instead of once per partition, and several runs still share out the GPUs (the `gpu` pool). All five
 # assets carry the same policy so a backfill's runs cover the whole chain.
-BACKFILL_PARTITIONS_PER_RUN = int(os.environ.get("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "7"))
+BACKFILL_PARTITIONS_PER_RUN = env_int("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", 7, minimum=1, maximum=366)
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN)
+
+
+class PartitionKeyError(ValueError):
+    """A partition key that is not one of the daily partitions."""
+
+
+def check_partition_key(key: str) -> str:
+    """`key` if it is a daily partition, else an error naming the format and the range of partitions."""
+    last = daily_partitions.get_last_partition_key()
+    expected = f"partitions are UTC days, YYYY-MM-DD, from {PARTITIONS_START_DATE} (BATCH_ASSETS_PARTITIONS_START) to {last}"
+    try:
+        if datetime.datetime.strptime(key, PARTITION_FORMAT).strftime(PARTITION_FORMAT) != key:
+            raise ValueError(key)
+    except ValueError:
+        raise PartitionKeyError(f"partition {key!r} is not a day: {expected}") from None
+    if not PARTITIONS_START_DATE <= key <= (last or PARTITIONS_START_DATE):
+        raise PartitionKeyError(f"partition {key!r} is outside the partitions: {expected}")
+    return key

@@ -2,7 +2,9 @@
 
 Every listed audio object ends in exactly one class, with a human-readable reason. Ingest decides the
 first five; the GPU section turns `ok` into `silent` or `transcribed` (or `failed` when that one unit
-could not be processed, so one bad unit never fails a partition).
+could not be processed, so one bad unit never fails a partition). A unit whose audio decoded shorter than
+its header declared (a file cut off in transit, say) is processed for what decoded and classed
+`truncated`, its reason saying how much of how much.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class ResultClass(StrEnum):
     SILENT = "silent"  # no speech found by VAD: no words, by construction
     TRANSCRIBED = "transcribed"  # speech found, diarized and transcribed
     FAILED = "failed"  # the GPU section could not process this unit (reason says why)
+    TRUNCATED = "truncated"  # decoded shorter than declared: what decoded was processed (reason: how much of how much)
 
 
 INGEST_CLASSES = (
@@ -31,3 +34,19 @@ INGEST_CLASSES = (
     ResultClass.REJECTED_KEY,
 )
 FINAL_CLASSES = tuple(c for c in ResultClass if c is not ResultClass.OK)
+
+
+# Decoded audio may fall short of the declared duration by this much before the unit counts as truncated
+# (containers round their durations; resampling moves the last sample).
+TRUNCATION_TOLERANCE_S = 1.0
+TRUNCATION_TOLERANCE_SHARE = 0.02
+
+
+def truncation(declared_s: float | None, decoded_s: float) -> str | None:
+    """The reason a unit counts as truncated (decoded well short of its declared duration), or None."""
+    if declared_s is None:
+        return None
+    missing = declared_s - decoded_s
+    if missing <= max(TRUNCATION_TOLERANCE_S, TRUNCATION_TOLERANCE_SHARE * declared_s):
+        return None
+    return f"truncated: decoded {decoded_s:.1f} s of {declared_s:.1f} s declared ({missing:.1f} s missing)"

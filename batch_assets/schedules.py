@@ -7,11 +7,10 @@ Off by default in a local `dagster dev`; deployments switch it on with BATCH_ASS
 (the Helm values do).
 """
 
-import os
-
 import dagster as dg
 
 from batch_assets.jobs import transcribe_partition_job
+from batch_assets.settings import env_bool
 
 SCHEDULE_HOUR_UTC = 6
 
@@ -23,7 +22,7 @@ daily_transcription_schedule = dg.build_schedule_from_partitioned_job(
     description=f"Yesterday's partition, every day at {SCHEDULE_HOUR_UTC:02d}:00 UTC",
     default_status=(
         dg.DefaultScheduleStatus.RUNNING
-        if os.environ.get("BATCH_ASSETS_SCHEDULE_RUNNING", "").strip().lower() == "true"
+        if env_bool("BATCH_ASSETS_SCHEDULE_RUNNING", False)
         else dg.DefaultScheduleStatus.STOPPED
     ),
 )

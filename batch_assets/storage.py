@@ -32,6 +32,13 @@ def _join(root: str, *parts: str) -> str:
     return posixpath.join(root.rstrip("/"), *parts)
 
 
+class StorageConfigError(Exception):
+    """The storage settings cannot work (a missing source root, an output root that refuses writes).
+
+    Permanent: retrying cannot fix it, so callers fail at once, before loading models or fetching audio.
+    """
+
+
 class StorageResource(dg.ConfigurableResource):
     """Source audio and output tables, as fsspec URLs.
 
@@ -75,7 +82,40 @@ class StorageResource(dg.ConfigurableResource):
     def source_partition_url(self, partition: str) -> str:
         return _join(self.source_url, partition)
 
+    def check_source_root(self) -> None:
+        """The source root must exist (a folder, or an S3 prefix holding objects): a typo is a configuration error."""
+        try:
+            fs, path = self.filesystem(self.source_url)
+            exists = fs.isdir(path) if is_local(fs) else fs.exists(path)
+        except (PermissionError, FileNotFoundError, OSError) as error:
+            raise StorageConfigError(f"the audio source {self.source_url} cannot be read ({type(error).__name__}: {error}): "
+                                     "fix BATCH_ASSETS_SOURCE_URL (or the storage resource's source_url) or its permissions") from None
+        if not exists:
+            raise StorageConfigError(
+                f"the audio source {self.source_url} does not exist: fix BATCH_ASSETS_SOURCE_URL (or the storage "
+                "resource's source_url); partitions are read from {source_url}/YYYY-MM-DD/. Nothing was written."
+            )
+
     # -- outputs ---------------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Write and delete a small object under the output root; a refusal is permanent and named at once."""
+        url = _join(self.storage_url, ".write-check", f"{uuid.uuid4().hex}.txt")
+        try:
+            fs, path = self.filesystem(url)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            with fs.open(path, "wb") as handle:
+                handle.write(b"batch_assets write check\n")
+            fs.rm(path)
+            if is_local(fs):
+                with contextlib.suppress(OSError):
+                    os.rmdir(posixpath.dirname(path))
+        except (PermissionError, FileNotFoundError, OSError) as error:
+            raise StorageConfigError(
+                f"the output storage {self.storage_url} is not writable ({type(error).__name__}: {str(error)[:200]}): "
+                "fix BATCH_ASSETS_STORAGE_URL (or the storage resource's storage_url) or grant write access. "
+                "Nothing was fetched and no model was loaded."
+            ) from None
+
     def output_url(self, asset: str, partition: str, *name: str) -> str:
         return _join(self.storage_url, asset, partition, *name)
 
@@ -168,4 +208,20 @@ class PartitionOutputs:
         stale = [path for path in fs.find(root) if path not in self.written and ".tmp-" not in posixpath.basename(path)]
         for path in stale:
             fs.rm(path)
+        if is_local(fs):  # object stores have no folders; a local one keeps empty version folders unless removed
+            remove_empty_folders(root)
         return stale
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is the local filesystem (where folders, symlinks and permissions are real)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def remove_empty_folders(root: str) -> None:
+    """Remove the empty folders under `root` (deepest first), e.g. array folders of replaced versions."""
+    for folder, _, _ in sorted(os.walk(root), key=lambda entry: entry[0].count(os.sep), reverse=True):
+        if folder != root:
+            with contextlib.suppress(OSError):  # not empty (or just written by a writer of another asset)
+                os.rmdir(folder)

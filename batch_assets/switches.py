@@ -9,8 +9,9 @@ deployment must never silently turn a lever on or off.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+
+from batch_assets.settings import env_bool
 
 SWITCH_ENV_VARS: dict[str, str] = {
     "prepare_flight_enabled": "BATCH_PIPELINE_PREPARE_FLIGHT_ENABLED",
@@ -19,25 +20,9 @@ SWITCH_ENV_VARS: dict[str, str] = {
 }
 
 
-class SwitchValueError(ValueError):
-    """An environment variable meant to hold a kill switch holds something else."""
-
-
-def parse_switch(variable: str, raw: str | None) -> bool:
-    """Unset or empty means on; "true"/"false" (any case, surrounding spaces ignored); anything else is an error."""
-    if raw is None or raw.strip() == "":
-        return True
-    value = raw.strip().lower()
-    if value == "true":
-        return True
-    if value == "false":
-        return False
-    raise SwitchValueError(f"{variable}={raw!r} is not a valid kill switch value: use 'true' or 'false'")
-
-
 def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    env = os.environ if environ is None else environ
-    return {name: parse_switch(var, env.get(var)) for name, var in SWITCH_ENV_VARS.items()}
+    """Unset or empty means on; "true"/"false" (any case); anything else is a `SettingError` naming the variable."""
+    return {name: env_bool(var, True, environ) for name, var in SWITCH_ENV_VARS.items()}
 
 
 # Read once, at code-location load.

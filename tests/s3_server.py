@@ -1,9 +1,10 @@
 """A real S3 API on loopback for the tests: moto in server mode, optionally behind a fault-injecting proxy.
 
-The proxy forwards every request unchanged to moto, except object GETs whose key contains a marker:
-`flaky` fails the first `flaky_failures` GETs of each such key with a 500 InternalError, `broken` always
-fails. Listing and HEAD requests are never touched. This exercises the real s3fs/botocore stack and our
-own retries over real HTTP.
+The proxy forwards every request unchanged to moto (headers, Range requests and their 206 answers, HEAD's
+Content-Length), except object GETs whose key contains a marker: `flaky` fails the first `flaky_failures`
+GETs of each such key with a 500 InternalError, `broken` always fails; and writes (PUT, POST, DELETE) to a
+bucket in `read_only_buckets`, which get 403 AccessDenied as an IAM policy would answer. Listing and HEAD
+requests are never faulted. This exercises the real s3fs/botocore stack and our own retries over real HTTP.
 """
 
 from __future__ import annotations
@@ -21,12 +22,18 @@ ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
     b"<Message>injected by the test proxy</Message></Error>"
 )
+DENIED_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied (read-only bucket, injected by the test proxy)</Message></Error>"
+)
 
 
 class FaultProxy:
     def __init__(self, upstream_port: int, flaky_failures: int = 2):
         self.upstream_port = upstream_port
         self.flaky_failures = flaky_failures
+        self.read_only_buckets: set[str] = set()
+        self.denied = 0
         self.failures: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         proxy = self
@@ -52,15 +59,27 @@ class FaultProxy:
                             return True
                 return False
 
+            def _denied(self) -> bool:
+                bucket = urllib.parse.urlparse(self.path).path.lstrip("/").split("/")[0]
+                return self.command in ("PUT", "POST", "DELETE") and bucket in proxy.read_only_buckets
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def _forward(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if self._denied():
+                    with proxy.lock:
+                        proxy.denied += 1
+                    self._answer(403, DENIED_BODY)
+                    return
                 if self._should_fail():
-                    self.send_response(500)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(ERROR_BODY)))
-                    self.end_headers()
-                    self.wfile.write(ERROR_BODY)
+                    self._answer(500, ERROR_BODY)
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
@@ -72,7 +91,9 @@ class FaultProxy:
                 for key, value in response.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                # HEAD has no body: its Content-Length is the object's size, passed through as moto sent it
+                size = response.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data))
+                self.send_header("Content-Length", size)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -9,7 +9,8 @@ import dagster as dg
 import pytest
 
 from batch_assets.definitions import defs
-from batch_assets.switches import SWITCH_ENV_VARS, SwitchValueError, parse_switch, read_switch_defaults
+from batch_assets.settings import SettingError, env_bool, env_fraction, env_int
+from batch_assets.switches import SWITCH_ENV_VARS, read_switch_defaults
 
 ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
 
@@ -86,11 +87,39 @@ def test_switch_env_defaults_reach_run_config_defaults():
 
 
 def test_parse_switch():
-    assert parse_switch("X", None) is True
-    assert parse_switch("X", "") is True
-    assert parse_switch("X", " True ") is True
-    assert parse_switch("X", "false") is False
-    for bad in ("0", "no", "off", "flase"):
-        with pytest.raises(SwitchValueError, match="X="):
-            parse_switch("X", bad)
+    assert env_bool("X", True, {}) is True
+    assert env_bool("X", True, {"X": ""}) is True
+    assert env_bool("X", False, {"X": " True "}) is True
+    assert env_bool("X", True, {"X": "false"}) is False
+    for bad in ("0", "no", "off", "flase", "yes"):
+        with pytest.raises(SettingError, match="X=.*'true' or 'false'"):
+            env_bool("X", True, {"X": bad})
+        with pytest.raises(SettingError, match=SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]):
+            read_switch_defaults({SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]: bad})
     assert read_switch_defaults({}) == {name: True for name in SWITCH_ENV_VARS}
+
+
+def test_integer_and_fraction_settings_name_the_variable_and_the_range():
+    assert env_int("N", 7, 1, 366, {}) == 7
+    assert env_int("N", 7, 1, 366, {"N": " 3 "}) == 3
+    for bad, what in (("0", "out of range"), ("-3", "out of range"), ("abc", "not an integer"), ("2.5", "not an integer")):
+        with pytest.raises(SettingError, match=f"N=.*{what}.*from 1 to 366"):
+            env_int("N", 7, 1, 366, {"N": bad})
+    assert env_fraction("F", 0.5, {"F": "0.25"}) == 0.25
+    with pytest.raises(SettingError, match="F=.*from 0 to 1"):
+        env_fraction("F", 0.5, {"F": "2"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "0", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN=0 is out of range"),
+        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer"),
+        ("BATCH_ASSETS_SCHEDULE_RUNNING", "yes", "BATCH_ASSETS_SCHEDULE_RUNNING='yes' is not a valid boolean"),
+        ("BATCH_ASSETS_SHRINK_GUARD_FRACTION", "1.5", "BATCH_ASSETS_SHRINK_GUARD_FRACTION=1.5 is out of range"),
+    ],
+)
+def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, message):
+    probe = _python("import batch_assets.definitions", {variable: value})
+    assert probe.returncode != 0
+    assert message in probe.stderr

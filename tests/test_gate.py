@@ -109,7 +109,8 @@ def _evaluations(result) -> dict[str, bool]:
 
 def test_asset_checks_run_in_materialize(sample_run):
     result, _ = sample_run
-    assert _evaluations(result) == {"units_accounted_for": True, "no_words_on_silent_units": True, "gate_against_baseline": True}
+    assert _evaluations(result) == {"units_accounted_for": True, "partition_has_audio": True, "no_words_on_silent_units": True,
+                                    "gate_against_baseline": True}
 
 
 def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):

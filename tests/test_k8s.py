@@ -19,7 +19,8 @@ from dagster_k8s.job import DagsterK8sJobConfig, UserDefinedDagsterK8sConfig, co
 
 from batch_assets.definitions import defs
 from batch_assets.storage import REPO_ROOT
-from batch_assets.switches import SWITCH_ENV_VARS, parse_switch
+from batch_assets.settings import env_bool
+from batch_assets.switches import SWITCH_ENV_VARS
 
 K8S = REPO_ROOT / "k8s"
 KUBERNETES_VERSION = "1.32"
@@ -142,7 +143,7 @@ def test_helm_values_match_the_code():
     assert DEPLOYMENT["includeConfigInLaunchedRuns"]["enabled"] is True
     env = {e["name"]: e["value"] for e in DEPLOYMENT["env"]}
     for variable in SWITCH_ENV_VARS.values():
-        assert isinstance(parse_switch(variable, env[variable]), bool)  # a valid kill-switch value
+        assert isinstance(env_bool(variable, True, env), bool)  # a valid kill-switch value
     pools = VALUES["concurrency"]
     assert pools["enabled"] is True and pools["pools"]["granularity"] == "op" and pools["pools"]["defaultLimit"] >= 1
     assert VALUES["dagsterDaemon"]["runRetries"]["enabled"] is True

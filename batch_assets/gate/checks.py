@@ -1,6 +1,7 @@
 """Asset checks on `transcripts`, for every partition.
 
 - every unit of `fetched_audio` is accounted for exactly once in `transcripts`;
+- (WARN) the partition had audio to transcribe: an empty or all-rejected day materializes, visibly;
 - no words on silent units;
 - when a baseline storage root is configured (`BATCH_ASSETS_BASELINE_URL`, or the `baseline` resource),
   the gate against the baseline's outputs for the same partition.
@@ -21,7 +22,9 @@ from batch_assets.partitions import daily_partitions
 from batch_assets.storage import StorageResource
 
 
-def _each_partition(context: dg.AssetCheckExecutionContext, check_one) -> dg.AssetCheckResult:
+def _each_partition(
+    context: dg.AssetCheckExecutionContext, check_one, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+) -> dg.AssetCheckResult:
     """Run `check_one(partition) -> (passed, metadata)` for every partition of the run.
 
     One partition: its result. Several (a backfill run): each partition's evaluation is recorded against
@@ -32,14 +35,16 @@ def _each_partition(context: dg.AssetCheckExecutionContext, check_one) -> dg.Ass
     results = {partition: check_one(partition) for partition in partitions}
     if len(partitions) == 1:
         passed, metadata = results[partitions[0]]
-        return dg.AssetCheckResult(passed=passed, metadata=metadata)
+        return dg.AssetCheckResult(passed=passed, metadata=metadata, severity=severity)
     spec = context.check_specs[0]
     for partition, (passed, metadata) in results.items():
         context.op_execution_context.log_event(dg.AssetCheckEvaluation(
             asset_key=spec.asset_key, check_name=spec.name, passed=passed, metadata=metadata, partition=partition,
+            severity=severity,
         ))
     failed = [p for p, (passed, _) in results.items() if not passed]
-    return dg.AssetCheckResult(passed=not failed, metadata={"partitions": partitions, "failed_partitions": failed})
+    return dg.AssetCheckResult(passed=not failed, metadata={"partitions": partitions, "failed_partitions": failed},
+                               severity=severity)
 
 
 class BaselineResource(dg.ConfigurableResource):
@@ -67,6 +72,23 @@ def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict
     missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
     return not (duplicates or missing or extra), {
         "units": len(expected), "missing": missing[:20], "extra": extra[:20], "duplicates": duplicates[:20],
+    }
+
+
+@dg.asset_check(asset="transcripts", partitions_def=daily_partitions,
+                description="WARN: the partition had audio to transcribe (fails for an empty or all-rejected day)")
+def partition_has_audio(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    return _each_partition(context, lambda partition: _has_audio(storage, partition), dg.AssetCheckSeverity.WARN)
+
+
+def _has_audio(storage: StorageResource, partition: str) -> tuple[bool, dict]:
+    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    units = storage.read_parquet("transcripts", partition, "units")
+    processed = units.filter(pl.col("speech_s").is_not_null()).height  # units the GPU section ran VAD on
+    return processed > 0, {
+        "source": dg.MetadataValue.path(storage.source_partition_url(partition)),
+        "units": len(manifest), "units_processed": processed,
+        "units_by_class": dict(sorted(collections.Counter(units["result_class"].to_list()).items())),
     }
 
 
@@ -102,4 +124,4 @@ def gate_against_baseline(
     return _each_partition(context, gate_one)
 
 
-transcripts_checks = [units_accounted_for, no_words_on_silent_units, gate_against_baseline]
+transcripts_checks = [units_accounted_for, partition_has_audio, no_words_on_silent_units, gate_against_baseline]

@@ -4,7 +4,9 @@ Bars (all must hold):
 - word edit rate (normalised words, all units, candidate vs baseline) <= 1%
 - speaker agreement (share of aligned, identical words whose speaker agrees after the optimal one-to-one
   label mapping per unit) >= 0.97
-- no lost speech: baseline VAD speech not covered by the candidate's VAD <= max(0.5 s, 0.5%) of it
+- no lost speech: baseline VAD speech not covered by the candidate's VAD, plus the audio of units the
+  candidate decoded shorter than declared (`truncated`) beyond what the baseline also missed, <= max(0.5 s,
+  0.5%) of the baseline's speech
 - no result-class changes (a unit missing on either side counts as a change)
 - no words on silent units
 """
@@ -174,6 +176,16 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame], can
         base = _intervals(b_regions.get(uid))
         result.baseline_speech_s += sum(e - s for s, e in base)
         result.lost_speech_s += _uncovered(base, _intervals(c_regions.get(uid)))
+    for uid, row in c_units.items():  # audio the candidate never decoded is speech it may have lost
+        result.lost_speech_s += max(0.0, _undecoded_s(row) - _undecoded_s(b_units.get(uid, {})))
+
+
+def _undecoded_s(row: dict) -> float:
+    """Declared seconds a `truncated` unit did not decode (0 for every other unit, and for older tables)."""
+    declared, decoded = row.get("declared_duration_s"), row.get("duration_s")
+    if row.get("result_class") != "truncated" or declared is None or decoded is None:
+        return 0.0
+    return max(0.0, declared - decoded)
 
 
 def _by_unit(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:

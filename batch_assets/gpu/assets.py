@@ -30,7 +30,7 @@ from batch_assets.gpu.tables import (
     transcript_tables,
     vad_tables,
 )
-from batch_assets.ingest.assets import class_counts, fetched_audio, prepared_flights, table_schema
+from batch_assets.ingest.assets import class_counts, fetched_audio, preflight, prepared_flights, table_schema
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.storage import StorageResource
@@ -104,6 +104,7 @@ def gpu_section(
     context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource
 ):
     partitions = context.partition_keys
+    preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
     if config.units and len(partitions) > 1:
         raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
                          allow_retries=False)
@@ -158,39 +159,48 @@ def run_partition(
     for row in ok_units.iter_rows(named=True):
         units_by_flight[row["flight_id"]].append(row)
 
-    models = gpu.models
     stats = SectionStats()
-    outcomes = []
-    forwards_before = models.segmentation_forwards[0]
-    feed = FlightFeed(
-        [(row["flight_id"], row["audio_s"]) for row in flights.iter_rows(named=True)],
-        load=lambda flight_id: storage.read_flight(audio_uris[flight_id], unit_counts[flight_id]),
-        prepare_ahead=config.prepare_flight_enabled,
-        budget_s=config.decode_budget_seconds,
-        workers=config.prepare_workers,
-    )
-    with gpu.section() as waited:
-        entered, entered_unix = time.perf_counter(), time.time()
-        if models.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(models.device)
-        try:
-            models.decoder_settings = apply_decoder_mode(models.asr, config.asr_cuda_graphs_enabled, models.decoder_settings)
-            for flight_id, audio in feed:
-                outcomes.extend(
-                    process_flight(models, flight_id, audio, units_by_flight.get(flight_id, []),
-                                   config.vad_segmentation_reuse_enabled, config.asr_cuda_graphs_enabled,
-                                   gpu.asr_batch_size, stats)
-                )
-                del audio
-        except DecoderModeError as error:
-            quarantine(str(error))
-            context.log.error(f"QUARANTINED: {error}")
-            # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
-            raise dg.Failure(
-                description=f"worker quarantined: {error}", metadata={"quarantine": str(error)}, allow_retries=False
-            ) from error
-        section_s, exited_unix = time.perf_counter() - entered, time.time()
-        cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
+    outcomes: list = []
+    section_s = waited = 0.0
+    entered_unix = exited_unix = cuda_peak = None
+    forwards = load_wait_s = max_ahead_s = 0
+    models = None
+    if len(flights) == 0:  # an empty day (or nothing decodable): no model load, no section
+        context.log.warning(f"{partition}: no units to process; the models are not loaded")
+    else:
+        models = gpu.load(context.log)
+        forwards_before = models.segmentation_forwards[0]
+        feed = FlightFeed(
+            [(row["flight_id"], row["audio_s"]) for row in flights.iter_rows(named=True)],
+            load=lambda flight_id: storage.read_flight(audio_uris[flight_id], unit_counts[flight_id]),
+            prepare_ahead=config.prepare_flight_enabled,
+            budget_s=config.decode_budget_seconds,
+            workers=config.prepare_workers,
+        )
+        with gpu.section() as waited:
+            entered, entered_unix = time.perf_counter(), time.time()
+            if models.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(models.device)
+            try:
+                models.decoder_settings = apply_decoder_mode(models.asr, config.asr_cuda_graphs_enabled, models.decoder_settings)
+                for flight_id, audio in feed:
+                    outcomes.extend(
+                        process_flight(models, flight_id, audio, units_by_flight.get(flight_id, []),
+                                       config.vad_segmentation_reuse_enabled, config.asr_cuda_graphs_enabled,
+                                       gpu.asr_batch_size, stats)
+                    )
+                    del audio
+            except DecoderModeError as error:
+                quarantine(str(error))
+                context.log.error(f"QUARANTINED: {error}")
+                # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+                raise dg.Failure(
+                    description=f"worker quarantined: {error}", metadata={"quarantine": str(error)}, allow_retries=False
+                ) from error
+            section_s, exited_unix = time.perf_counter() - entered, time.time()
+            cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
+        forwards = models.segmentation_forwards[0] - forwards_before
+        load_wait_s, max_ahead_s = feed.load_wait_s, feed.max_ahead_s
 
     tables = write_tables(storage, partition, manifest, plan, outcomes, chosen, previous)
     vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
@@ -205,9 +215,9 @@ def run_partition(
         "diarization_seconds": round(stats.seconds["diarization"], 3),
         "asr_seconds": round(stats.seconds["asr"], 3),
         "asr_batch_retries": stats.asr_batch_retries,
-        "flight_load_wait_seconds": round(feed.load_wait_s, 3),
-        "max_prepared_ahead_seconds": round(feed.max_ahead_s, 1),
-        "segmentation_forwards": models.segmentation_forwards[0] - forwards_before,
+        "flight_load_wait_seconds": round(load_wait_s, 3),
+        "max_prepared_ahead_seconds": round(max_ahead_s, 1),
+        "segmentation_forwards": forwards,
         "segmentation_forwards_by_stage": {k: stats.segmentation_forwards[k] for k in ("vad", "vad_of_diarized_units", "diarization")},
         "segmentation_reuse": dict(stats.segmentation_reuse),
         "decoder_modes": sorted(stats.decoder_modes),
@@ -216,9 +226,9 @@ def run_partition(
             "vad_segmentation_reuse_enabled": config.vad_segmentation_reuse_enabled,
             "asr_cuda_graphs_enabled": config.asr_cuda_graphs_enabled,
         },
-        "device": str(models.device),
+        "device": str(models.device) if models else "not used",
         "models": {"asr": gpu.asr_model, "diarization": gpu.diarization_pipeline},
-        "model_load_seconds": round(models.load_seconds, 2),
+        "model_load_seconds": round(models.load_seconds, 2) if models else "not loaded (no units to process)",
         "partitions_in_run": partitions_in_run,
         "rerun_units": sorted(chosen) if chosen is not None else "all",
         "audio_hours": round(audio_s / 3600, 4),

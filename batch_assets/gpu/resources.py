@@ -19,6 +19,7 @@ from pydantic import Field, PrivateAttr
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+from batch_assets.settings import env_int
 
 
 _LOADED: dict[tuple, LoadedModels] = {}
@@ -55,12 +56,16 @@ class GpuResource(dg.ConfigurableResource):
     embedding_batch_size: int = Field(default=32)
     asr_batch_size: int = Field(default=16)
     lock_dir: str = Field(default=DEFAULT_LOCK_DIR, description="Folder of the per-device section locks")
-    torch_threads: int = Field(default=int(os.environ.get("BATCH_ASSETS_TORCH_THREADS", "0")), description="0 = torch default")
+    torch_threads: int = Field(default=env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024), description="0 = torch default")
 
     _models: LoadedModels | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._models = self._load(context.log)
+    def load(self, log=None) -> LoadedModels:
+        """The models, loaded on first use (not at resource set-up: a step that finds no audio, or storage that
+        refuses writes, fails or finishes without paying for a model load)."""
+        if self._models is None:
+            self._models = self._load(log)
+        return self._models
 
     def _resolve_device(self):
         import torch
@@ -95,9 +100,7 @@ class GpuResource(dg.ConfigurableResource):
 
     @property
     def models(self) -> LoadedModels:
-        if self._models is None:
-            self._models = self._load(None)
-        return self._models
+        return self.load()
 
     @contextlib.contextmanager
     def section(self) -> Iterator[float]:
@@ -109,5 +112,5 @@ class GpuResource(dg.ConfigurableResource):
                 metadata={"quarantine": reason},
                 allow_retries=False,
             )
-        with device_section(self.lock_dir, str(self.models.device)) as waited:
+        with device_section(self.lock_dir, str(self.load().device)) as waited:
             yield waited

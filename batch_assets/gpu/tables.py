@@ -24,7 +24,7 @@ SPEAKERS_SCHEMA = {
 }
 TRANSCRIPT_UNITS_SCHEMA = {
     "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
-    "duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+    "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
 }
 WORDS_SCHEMA = {
     "unit_id": pl.String, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64, "word": pl.String,
@@ -75,7 +75,7 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list
     for row in manifest.iter_rows(named=True):
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
-                "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
+                "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
         if row["result_class"] != ResultClass.OK:
             units.append(base | {"result_class": row["result_class"], "reason": row["reason"]})
             continue
@@ -89,8 +89,11 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list
             units.append(base | {"result_class": str(ResultClass.FAILED), "reason": "not processed by the GPU section"})
             continue
         unit_words = [w for w, _ in o.words] if o.result_class is ResultClass.TRANSCRIBED else []
+        result_class, reason = str(o.result_class), o.reason
+        if plan_row["reason"] and o.result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
+            result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], o.reason) if r)
         units.append(base | {
-            "duration_s": o.duration_s, "result_class": str(o.result_class), "reason": o.reason,
+            "duration_s": o.duration_s, "result_class": result_class, "reason": reason,
             "speech_s": o.vad.speech_s if o.vad else None,
             "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
             "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),

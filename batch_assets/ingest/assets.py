@@ -12,14 +12,30 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from batch_assets.dead_runs import free_dead_runs
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.partitions import backfill_policy, daily_partitions
-from batch_assets.storage import StorageResource
+from batch_assets.settings import env_fraction
+from batch_assets.storage import StorageConfigError, StorageResource
 
 GROUP = "ingest"
+# A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
+SHRINK_GUARD_FRACTION = env_fraction("BATCH_ASSETS_SHRINK_GUARD_FRACTION", 0.5)
+
+
+def preflight(context: dg.AssetExecutionContext, storage: StorageResource, source: bool = False) -> None:
+    """Before any work: free the pool slots of runs whose process died, and fail at once (no retry) on
+    storage that cannot work, a missing source root (with `source`) or an output root refusing writes."""
+    free_dead_runs(context.instance, context.log.warning)
+    try:
+        if source:
+            storage.check_source_root()
+        storage.check_writable()
+    except StorageConfigError as error:
+        raise dg.Failure(description=str(error), allow_retries=False) from None
 
 
 class FetchConfig(dg.Config):
@@ -27,6 +43,16 @@ class FetchConfig(dg.Config):
     fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
     retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
     retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
+    allow_shrink: bool = Field(
+        default=False,
+        description="Replace the partition's results even if the source now lists far fewer units than they have "
+        "(below shrink_guard_fraction, or none). Off: such a run fails and keeps the current results.",
+    )
+    shrink_guard_fraction: float = Field(
+        default=SHRINK_GUARD_FRACTION, ge=0.0, le=1.0,
+        description="Refuse a new manifest with fewer than this share of the current one's units (env default "
+        "BATCH_ASSETS_SHRINK_GUARD_FRACTION, 0.5)",
+    )
 
     @property
     def retries(self) -> RetryPolicy:
@@ -61,15 +87,42 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
 
     Listed recursively and sorted; each object is fetched (with retries), checksummed and probed for
     rate, channels and duration. Bad objects get a class and a reason instead of failing the partition.
+    A source root that does not exist, or an output root that refuses writes, fails the step at once.
+    A partition whose source now lists far fewer units than its current results (none, or under
+    `shrink_guard_fraction`) is refused, keeping those results, unless the run config says:
+
+    ```yaml
+    ops:
+      fetched_audio:
+        config: {allow_shrink: true}
+    ```
     """
+    preflight(context, storage, source=True)
     for partition in context.partition_keys:
         context.add_asset_metadata(fetch_partition(context, config, storage, partition), partition_key=partition)
     return dg.MaterializeResult()
 
 
 def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
-    fs, path = storage.filesystem(storage.source_partition_url(partition))
+    source = storage.source_partition_url(partition)
+    fs, path = storage.filesystem(source)
     manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
+    previous = previous_unit_count(storage, partition)
+    shrinks = previous is not None and previous > 0 and (len(manifest) == 0 or len(manifest) < config.shrink_guard_fraction * previous)
+    if shrinks and not config.allow_shrink:
+        raise dg.Failure(
+            description=f"{partition}: the source {source} lists {len(manifest)} units, but the partition's current "
+            f"results have {previous}. Nothing was written: the current tables and arrays are kept. If the source is "
+            "wrong or the uploads have not landed yet, fix BATCH_ASSETS_SOURCE_URL or wait; if the partition really "
+            "shrank, rerun with run config `ops: {fetched_audio: {config: {allow_shrink: true}}}`.",
+            metadata={"source": source, "previous_units": previous, "new_units": len(manifest),
+                      "shrink_guard_fraction": config.shrink_guard_fraction},
+            allow_retries=False,
+        )
+    if shrinks:
+        context.log.warning(f"{partition}: allow_shrink: replacing {previous} units with {len(manifest)}")
+    if len(manifest) == 0:
+        context.log.warning(f"{partition}: no audio under {source}")
     with storage.replace_partition("fetched_audio", partition) as outputs:
         uri = outputs.write_parquet(manifest, "manifest")
         outputs.write_parquet(skipped, "skipped")
@@ -81,6 +134,8 @@ def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, stor
         "units_by_class": class_counts(manifest),
         "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
         "non_audio_objects_skipped": len(skipped),
+        "source": dg.MetadataValue.path(source),
+        "previous_units": previous if previous is not None else "none (first materialization)",
         "manifest": dg.MetadataValue.path(uri),
         "dagster/column_schema": table_schema(dict(manifest.schema)),
         "dagster/row_count": len(manifest),
@@ -102,9 +157,18 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, s
     length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
     budget whatever the size of the partition.
     """
+    preflight(context, storage)
     for partition in context.partition_keys:
         context.add_asset_metadata(prepare_partition(context, config, storage, partition), partition_key=partition)
     return dg.MaterializeResult()
+
+
+def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
+    """Units in the partition's current manifest, or None when it has none yet."""
+    try:
+        return len(storage.read_parquet("fetched_audio", partition, "manifest"))
+    except FileNotFoundError:
+        return None
 
 
 def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:

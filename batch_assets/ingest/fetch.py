@@ -2,7 +2,8 @@
 
 Storage clients retry some errors themselves; what still escapes them is retried here with exponential
 backoff. A unit that fails every attempt gets the class `fetch_failed` with the last error as reason;
-it never fails the partition.
+it never fails the partition. Permanent errors (the object is gone, permission or access denied, no such
+bucket) are not retried: waiting cannot fix them, so the unit is classed at once.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRIES)
     for attempt in range(policy.attempts):
         try:
             return action()
-        except FileNotFoundError as error:  # not transient: the object is gone
-            raise FetchError(f"object disappeared: {error}") from None
+        except FileNotFoundError as error:  # not transient: the object (or its bucket) is gone
+            raise FetchError(f"object disappeared (not retried): {error}") from None
+        except PermissionError as error:  # not transient: access denied
+            raise FetchError(f"permission denied (not retried): {error}") from None
         except Exception as error:  # network, throttling, server errors
             last = error
             if attempt < len(delays):

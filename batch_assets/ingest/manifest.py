@@ -13,6 +13,7 @@ import concurrent.futures
 import os
 import posixpath
 import tempfile
+from collections.abc import Iterator
 
 import polars as pl
 
@@ -20,6 +21,7 @@ from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file,
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, download
 from batch_assets.ingest.units import is_audio, key_problem, relative_key, unit_ids
 from batch_assets.results import ResultClass
+from batch_assets.storage import is_local
 
 MANIFEST_SCHEMA = {
     "unit_id": pl.String,
@@ -44,15 +46,51 @@ def list_partition(fs, partition_path: str) -> list[str]:
     return sorted(fs.find(partition_path, withdirs=False))
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _walk_local(partition_path: str) -> Iterator[tuple[str, bool]]:
+    """(path, is a folder) for every entry under the folder, without following symlinks; folders only if links."""
+    for folder, dirs, files in os.walk(partition_path, followlinks=False):
+        yield from ((os.path.join(folder, name), True) for name in dirs if os.path.islink(os.path.join(folder, name)))
+        yield from ((os.path.join(folder, name), False) for name in files)
+
+
+def list_local(partition_path: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """(listed paths sorted, {symlink: why it is refused}, {symlink: why it is not a unit of its own}) for a local folder."""
+    if not os.path.isdir(partition_path):
+        return [], {}, {}
+    root = os.path.realpath(partition_path)
+    listed, refused, aliases = [], {}, {}
+    for path, is_folder in _walk_local(partition_path):
+        listed.append(path)
+        if not os.path.islink(path):
+            continue
+        rel, target = relative_key(partition_path, path), os.path.realpath(path)
+        link = f"symlink {rel!r} -> {os.readlink(path)!r}"
+        if not _inside(target, root):
+            refused[path] = f"{link} resolves outside the partition folder; it was not read"
+        elif is_folder:
+            aliases[path] = f"{link} is a folder inside the partition: its files are listed under their real path"
+        elif not os.path.isfile(target):
+            refused[path] = f"{link} does not point to a file"
+        elif is_audio(target):
+            aliases[path] = f"{link} points to {relative_key(root, target)!r}, which is listed itself: read once"
+    return sorted(listed), refused, aliases
+
+
 def uri_of(fs, path: str) -> str:
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return path if protocol in ("file", "local") else f"{protocol}://{path}"
 
 
-def describe_object(fs, path: str, rel: str, max_unit_s: float, retries: RetryPolicy = DEFAULT_RETRIES) -> dict:
-    """One manifest row (without unit_id): fetch, checksum, probe, classify."""
+def describe_object(
+    fs, path: str, rel: str, max_unit_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None
+) -> dict:
+    """One manifest row (without unit_id): fetch, checksum, probe, classify. `refused`: why not to read it at all."""
     row: dict = {"source_uri": uri_of(fs, path), "relative_key": rel}
-    problem = key_problem(rel)
+    problem = refused or key_problem(rel)
     if problem:
         return row | {"result_class": ResultClass.REJECTED_KEY, "reason": problem}
     with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=TMP_DIR) as staged:
@@ -82,16 +120,20 @@ def build_manifest(
     fs, partition_path: str, max_unit_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(manifest, skipped non-audio objects) for one partition."""
-    listed = list_partition(fs, partition_path)
-    audio = [p for p in listed if is_audio(p)]
+    if is_local(fs):
+        listed, refused, aliases = list_local(partition_path)
+    else:  # object stores have no symlinks
+        listed, refused, aliases = list_partition(fs, partition_path), {}, {}
+    audio = [p for p in listed if p not in aliases and (is_audio(p) or p in refused)]
     skipped = [
         {"source_uri": uri_of(fs, p), "relative_key": relative_key(partition_path, p),
-         "reason": f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"}
-        for p in listed if not is_audio(p)
+         "reason": aliases.get(p) or f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"}
+        for p in listed if p in aliases or not (is_audio(p) or p in refused)
     ]
     rels = [relative_key(partition_path, p) for p in audio]
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries), zip(audio, rels, strict=True)))
+        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries, refused.get(pr[0])),
+                             zip(audio, rels, strict=True)))
     for row, uid in zip(rows, unit_ids(rels), strict=True):
         row["unit_id"] = uid
         row["result_class"] = str(row["result_class"])

@@ -4,7 +4,9 @@ Each flight's audio is one contiguous array stored once (`.npy`, no pickling) wi
 every unit's offset and length in it, so the GPU step reads compact decoded audio and never decodes.
 Only one flight's decoded audio (at most the decode budget) is held at once, however large the
 partition. A unit whose full decode fails (a truncated body behind a valid header, say) is recorded as
-`undecodable` in the plan and skipped; the others are unaffected.
+`undecodable` in the plan and skipped; the others are unaffected. A unit that decodes well short of its
+declared duration (a body cut off behind an intact header) stays `ok` so that what decoded is processed,
+with a reason saying how much decoded of how much declared; the GPU section then classes it `truncated`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import polars as pl
 from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, read_bytes
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
-from batch_assets.results import ResultClass
+from batch_assets.results import ResultClass, truncation
 
 PLAN_SCHEMA = {
     "flight_id": pl.String,
@@ -90,7 +92,7 @@ def prepare_flights(
                     "offset_s": offset / TARGET_SAMPLE_RATE,
                     "duration_s": len(samples) / TARGET_SAMPLE_RATE,
                     "result_class": str(ResultClass.OK),
-                    "reason": "",
+                    "reason": truncation(planned.duration_s, len(samples) / TARGET_SAMPLE_RATE) or "",
                 })
                 pieces.append(samples)
                 offset += len(samples)

@@ -1,0 +1,60 @@
+"""One strict parser for the integer, fraction and boolean settings read from environment variables.
+
+Every setting is read once, when the code location loads, and a value that does not parse, or lies
+outside the accepted range, stops the load with an error that names the variable, what it held and what
+it accepts: a typo in a deployment must never silently mean something else (`0` runs per backfill, `yes`
+for a schedule that then stays off).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value its setting does not accept."""
+
+
+def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
+    value = (os.environ if environ is None else environ).get(name)
+    return None if value is None or value.strip() == "" else value.strip()
+
+
+def env_int(name: str, default: int, minimum: int, maximum: int, environ: Mapping[str, str] | None = None) -> int:
+    """An integer in [minimum, maximum]; unset or empty means `default`."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not an integer: use a whole number from {minimum} to {maximum}") from None
+    if not minimum <= value <= maximum:
+        raise SettingError(f"{name}={value} is out of range: use a whole number from {minimum} to {maximum}")
+    return value
+
+
+def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """A number in [0, 1]; unset or empty means `default`."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not a number: use a fraction from 0 to 1 (e.g. 0.5)") from None
+    if not 0.0 <= value <= 1.0:
+        raise SettingError(f"{name}={value} is out of range: use a fraction from 0 to 1 (e.g. 0.5)")
+    return value
+
+
+def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """'true' or 'false' (any case, surrounding spaces ignored); unset or empty means `default`."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise SettingError(f"{name}={raw!r} is not a valid boolean: use 'true' or 'false'")

@@ -1,0 +1,315 @@
+"""Nothing lost, nothing escapes: empty or missing sources, dead runs, signals, symlinks, truncated audio,
+permanent storage errors, and the S3 fault proxy itself. Real files, real Dagster instances and runs, real
+processes killed for real, a real S3 API (moto) on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import filelock
+import polars as pl
+import pytest
+import soundfile as sf
+
+from batch_assets.gpu.lock import lock_path
+from batch_assets.gpu.resources import GpuResource, model_loads
+from batch_assets.ingest.fetch import FetchError, RetryPolicy, download, with_retries
+from batch_assets.ingest.manifest import build_manifest
+from batch_assets.storage import REPO_ROOT, StorageResource
+
+from .conftest import make_resources, materialize_partition
+from .partition_sources import SAMPLE, make_source
+from .s3_server import S3Server
+
+PARTITION = "2026-03-01"
+EMPTY_DAY = "2026-03-02"
+SHIPPED_DAGSTER_YAML = REPO_ROOT / "dagster_home" / "dagster.yaml"
+
+
+def _files(root: pathlib.Path) -> dict[str, str]:
+    """Every file under `root` (relative path -> sha256): the bytes a reader can see."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _truncated_flac(target: pathlib.Path) -> float:
+    """The sample's support call cut in half (header intact, body cut off); returns the declared seconds."""
+    data = (SAMPLE / "calls" / "2026" / "support_call.flac").read_bytes()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data[: len(data) // 2])
+    return sf.info(str(target)).duration
+
+
+def _with_storage(resources: dict, **fields) -> dict:
+    """The same resources with some storage fields changed (a resource is rebuilt, not copied, for Dagster)."""
+    storage = resources["storage"]
+    settings = {"source_url": storage.source_url, "storage_url": storage.storage_url} | fields
+    return resources | {"storage": StorageResource(**settings)}
+
+
+def _failure_messages(result) -> str:
+    return "\n".join(str(e.event_specific_data.error) for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory, lock_dir):
+    """A partition with a good unit and a truncated flac, materialized once; then the source goes away."""
+    root = tmp_path_factory.mktemp("guard")
+    source = make_source(root / "source", {PARTITION: ["meetings/planning.mp3"]})
+    declared = _truncated_flac(source / PARTITION / "calls" / "cut.flac")
+    (source / EMPTY_DAY).mkdir()
+    resources = make_resources(root / "storage", lock_dir, source=source)
+    # a batch size no other test uses: this process has not loaded these models, so any load is counted here
+    resources["gpu"] = GpuResource(lock_dir=str(lock_dir), device="cpu", embedding_batch_size=5)
+    assert materialize_partition(resources, PARTITION).success
+    return root, source, resources, declared
+
+
+def test_a_truncated_flac_is_flagged_with_how_much_decoded(guarded):
+    _, _, resources, declared = guarded
+    units = resources["storage"].read_parquet("transcripts", PARTITION, "units")
+    row = units.filter(pl.col("unit_id") == "calls__cut.flac").row(0, named=True)
+    assert row["result_class"] == "truncated"
+    assert row["declared_duration_s"] == pytest.approx(declared)
+    assert row["duration_s"] < declared - 1.0
+    assert f"decoded {row['duration_s']:.1f} s of {declared:.1f} s declared" in row["reason"]
+    assert row["num_words"] > 0  # what decoded was transcribed
+    print(f"truncated flac: {row['reason']}")
+
+
+def test_a_missing_source_root_fails_at_once_and_keeps_everything(guarded, tmp_path):
+    root, _, resources, _ = guarded
+    before = _files(root / "storage")
+    missing = _with_storage(resources, source_url=str(tmp_path / "no-such-folder"))
+    result = materialize_partition(missing, PARTITION, raise_on_error=False)
+    assert not result.success
+    message = _failure_messages(result)
+    assert "no-such-folder does not exist" in message and "BATCH_ASSETS_SOURCE_URL" in message
+    assert _files(root / "storage") == before
+
+
+def test_an_emptied_source_is_refused_and_keeps_the_tables_and_arrays(guarded):
+    root, source, resources, _ = guarded
+    before = _files(root / "storage")
+    assert sum(".npy" in path for path in before) >= 2  # flight audio and VAD scores
+    hidden = root / "hidden"
+    shutil.move(source / PARTITION, hidden)
+    (source / PARTITION).mkdir()
+    try:
+        result = materialize_partition(resources, PARTITION, raise_on_error=False)
+    finally:
+        shutil.rmtree(source / PARTITION)
+        shutil.move(hidden, source / PARTITION)
+    assert not result.success
+    message = _failure_messages(result)
+    assert f"{source / PARTITION} lists 0 units, but the partition's current results have 2" in message
+    assert "allow_shrink: true" in message
+    assert _files(root / "storage") == before
+    restarts = [e for e in result.all_events if e.event_type_value == "STEP_RESTARTED"]
+    assert not restarts  # a refusal is not retried
+
+
+def test_allow_shrink_replaces_the_partition(guarded, tmp_path):
+    root, source, resources, _ = guarded
+    shrunk = make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]})
+    shrinking = _with_storage(resources, source_url=str(shrunk))
+    storage = shrinking["storage"]
+    config = {"ops": {"fetched_audio": {"config": {"allow_shrink": True, "shrink_guard_fraction": 0.9}}}}
+    assert materialize_partition(shrinking, PARTITION, run_config=config).success
+    units = storage.read_parquet("transcripts", PARTITION, "units")
+    assert units["unit_id"].to_list() == ["meetings__planning.mp3"]
+    audio = root / "storage" / "prepared_flights" / PARTITION / "audio"
+    assert len(list(audio.iterdir())) == 1  # the replaced version's folder is gone, not left empty
+
+
+def test_a_first_time_empty_day_materializes_with_a_warning_and_no_model_load(guarded, lock_dir):
+    _, source, resources, _ = guarded
+    # models this process has not loaded (a batch size of their own): a load would be counted
+    resources = resources | {"gpu": GpuResource(lock_dir=str(lock_dir), device="cpu", embedding_batch_size=6)}
+    loads = model_loads()
+    result = materialize_partition(resources, EMPTY_DAY)
+    assert result.success
+    assert model_loads() == loads
+    evaluation = next(e.asset_check_evaluation_data for e in result.all_events
+                      if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.asset_check_evaluation_data.check_name == "partition_has_audio")
+    assert evaluation.passed is False and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.metadata["source"].value == str(source / EMPTY_DAY)
+    assert resources["storage"].read_parquet("transcripts", EMPTY_DAY, "units").is_empty()
+
+
+def test_symlinks_never_read_outside_the_partition_and_inside_ones_are_read_once(tmp_path):
+    outside = make_source(tmp_path / "outside", {"x": ["meetings/planning.mp3"]}) / "x"
+    part = make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}) / PARTITION
+    (part / "file_link_outside.wav").symlink_to(outside / "meetings" / "planning.mp3")
+    (part / "passwd_link.wav").symlink_to("/etc/passwd")
+    (part / "folder_link_outside").symlink_to(outside / "meetings")
+    (part / "again").symlink_to(part / "meetings")  # a folder inside: its file is listed once, under its real path
+    (part / "alias.mp3").symlink_to(part / "meetings" / "planning.mp3")
+    manifest, skipped = build_manifest(*StorageResource().filesystem(str(part)), 7200.0, 2)
+    rows = {r["relative_key"]: r for r in manifest.iter_rows(named=True)}
+    assert rows["meetings/planning.mp3"]["result_class"] == "ok"
+    for link in ("file_link_outside.wav", "passwd_link.wav", "folder_link_outside"):
+        assert rows[link]["result_class"] == "rejected_key", rows[link]
+        assert f"symlink {link!r}" in rows[link]["reason"] and "outside the partition" in rows[link]["reason"]
+        assert rows[link]["sha256"] is None  # never opened
+    assert set(rows) == {"meetings/planning.mp3", "file_link_outside.wav", "passwd_link.wav", "folder_link_outside"}
+    reasons = dict(zip(skipped["relative_key"], skipped["reason"], strict=True))
+    assert "listed itself: read once" in reasons["alias.mp3"]
+    assert "listed under their real path" in reasons["again"]
+
+
+def test_permanent_read_errors_are_not_retried():
+    calls = []
+
+    def denied():
+        calls.append(1)
+        raise PermissionError("Access Denied")
+
+    with pytest.raises(FetchError, match="permission denied"):
+        with_retries(denied, RetryPolicy(attempts=4, base_delay_s=5.0))
+    assert len(calls) == 1
+
+
+def test_read_only_storage_fails_in_seconds_without_loading_models_or_fetching(tmp_path, lock_dir):
+    with S3Server() as s3:
+        s3.client().create_bucket(Bucket="readonly")
+        s3.proxy.read_only_buckets.add("readonly")
+        resources = _with_storage(
+            make_resources(tmp_path / "unused", lock_dir), storage_url="s3://readonly/out", s3_endpoint_url=s3.faulty_endpoint,
+            s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing", s3_max_attempts=1,
+        )
+        resources["gpu"] = GpuResource(lock_dir=str(lock_dir), device="cpu", embedding_batch_size=3)
+        loads, started = model_loads(), time.perf_counter()
+        result = materialize_partition(resources, raise_on_error=False)
+        seconds = time.perf_counter() - started
+        objects = s3.client().list_objects_v2(Bucket="readonly").get("Contents", [])
+    assert not result.success
+    assert "s3://readonly/out is not writable" in _failure_messages(result)
+    assert model_loads() == loads and s3.proxy.denied >= 1 and not objects
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_RESTARTED"]
+    print(f"read-only storage: failed after {seconds:.1f} s")
+
+
+def test_the_fault_proxy_passes_head_and_range_requests_through(tmp_path):
+    body = os.urandom(3 * 2**20 + 12345)
+    with S3Server(flaky_failures=2) as s3:
+        s3.client().create_bucket(Bucket="proxy")
+        s3.client().put_object(Bucket="proxy", Key="in/flaky_big.wav", Body=body)
+        storage = StorageResource(source_url="s3://proxy/in", storage_url=str(tmp_path), s3_endpoint_url=s3.faulty_endpoint,
+                                  s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing",
+                                  s3_max_attempts=1)
+        fs, path = storage.filesystem("s3://proxy/in/flaky_big.wav")
+        assert fs.info(path)["size"] == len(body)  # a HEAD through the proxy
+        with open(tmp_path / "copy", "w+b") as dest:
+            size, digest = download(fs, path, dest, RetryPolicy(attempts=4, base_delay_s=0.01))
+        assert (size, digest) == (len(body), hashlib.sha256(body).hexdigest())
+        assert s3.proxy.failures["/proxy/in/flaky_big.wav"] == 2  # the faults were on, and retried through
+        with fs.open(path, "rb", block_size=256 * 1024) as handle:  # ranged GETs, 206 answers
+            handle.seek(2**20 + 7)
+            assert handle.read(100_000) == body[2**20 + 7 : 2**20 + 7 + 100_000]
+
+
+# -- real processes: the CLI on an instance with the shipped dagster.yaml -------------------------------------
+def _cli_env(tmp_path: pathlib.Path, source: pathlib.Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    shutil.copy(SHIPPED_DAGSTER_YAML, home / "dagster.yaml")
+    return os.environ | {
+        "DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": str(source),
+        "BATCH_ASSETS_STORAGE_URL": str(tmp_path / "storage"), "BATCH_ASSETS_LOCK_DIR": str(tmp_path / "locks"),
+        "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "1", "PYTHONWARNINGS": "ignore",
+    }
+
+
+def _start_cli(env: dict, log: pathlib.Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION, *args], env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for(log: pathlib.Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert proc.poll() is None, f"exited before {text!r}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} after {timeout} s"
+        time.sleep(0.2)
+
+
+def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
+    env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
+    first = _start_cli(env, tmp_path / "first.log")
+    _wait_for(tmp_path / "first.log", "gpu_section - STEP_START", first)
+    os.killpg(first.pid, signal.SIGKILL)  # the run worker and its step process, as a lost node would
+    first.wait()
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        [dead] = instance.get_runs()
+        assert dead.status == dg.DagsterRunStatus.STARTED
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots  # it holds the only slot
+    second = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"run {dead.run_id} (transcribe_partition) was STARTED but its processes" in second.stderr
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+
+
+def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
+    env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:  # a live holder: another machine's run
+        instance.event_log_storage.initialize_concurrency_limit_to_default("gpu")
+        instance.event_log_storage.claim_concurrency_slot("gpu", "holder-run", "gpu_section")
+    proc = _start_cli(env, tmp_path / "waiting.log")
+    _wait_for(tmp_path / "waiting.log", "Step blocked by limit for pool gpu", proc)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    stopped = time.monotonic() - sent
+    print(f"SIGTERM while waiting for the pool: exited after {stopped:.1f} s")
+    assert stopped < 10 and proc.returncode != 0
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        [run] = instance.get_runs()
+        assert run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+
+
+def test_sigterm_in_the_gpu_step_fails_the_step_and_the_run(tmp_path):
+    """What a Kubernetes step pod sees when evicted: SIGTERM during the GPU step; the step must report failure."""
+    env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
+    proc = _start_cli(env, tmp_path / "evicted.log")
+    _wait_for(tmp_path / "evicted.log", "gpu_section - STEP_START", proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        [run] = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.FAILURE
+        failures = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
+        assert [r.event_log_entry.step_key for r in failures] == ["gpu_section"]
+        assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
+    code = ("from batch_assets.gpu.lock import device_section\n"
+            f"with device_section({str(tmp_path)!r}, 'cpu'):\n    print('entered', flush=True)\n")
+    with filelock.FileLock(str(lock_path(str(tmp_path), "cpu"))):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        time.sleep(3)  # importing and waiting on the lock
+        assert proc.poll() is None
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+    assert time.monotonic() - sent < 10 and proc.returncode != 0 and "entered" not in proc.stdout.read()
+
+
+def test_a_partition_key_that_is_not_a_day_names_the_format_and_the_first_partition():
+    probe = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", "2026-13-01"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 2
+    assert "partition '2026-13-01' is not a day" in probe.stderr and "YYYY-MM-DD, from 2026-01-01" in probe.stderr
