@@ -5,6 +5,9 @@
 # first (the CPU wheel on a CPU machine, the CUDA wheel where `nvidia-smi` answers) and constraining it
 # afterwards means no dependency resolution can ever swap it for another build.
 #
+# Why the antlr step: Dagster's selection grammar needs the ANTLR 4.13 runtime, NeMo's omegaconf/hydra pin 4.9;
+# scripts/fix_antlr.py installs omegaconf 2.4.0 (no ANTLR) and runtime 4.13.2 and regenerates hydra's grammar.
+#
 # Why the torchaudio step: PyPI's torchaudio 2.11.x is a CUDA build. Beside a CPU torch its native
 # libraries fail to load, yet nemo and pyannote import torchaudio at top level and need only its pure
 # Python parts. On a CPU torch (and only there) we remove those native libraries, after checking that
@@ -57,6 +60,7 @@ fi
 rm -f "$cons"
 
 "$VENV/bin/python" scripts/fix_torchaudio.py
+"$VENV/bin/python" scripts/fix_antlr.py   # one ANTLR runtime (4.13.2) for Dagster's selections and NeMo's hydra
 
 "$VENV/bin/python" - <<'PY'
 import importlib, torch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import subprocess
 import sys
 
@@ -123,3 +125,20 @@ def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, me
     probe = _python("import batch_assets.definitions", {variable: value})
     assert probe.returncode != 0
     assert message in probe.stderr
+
+
+def test_dagster_cli_asset_selection_works_beside_nemo():
+    """`dagster asset list --select` parses with Dagster's ANTLR 4.13 grammar while NeMo's hydra loads (fix_antlr.py)."""
+    dagster = pathlib.Path(sys.executable).parent / "dagster"
+    listed = subprocess.run([str(dagster), "asset", "list", "-m", "batch_assets.definitions", "--select", "key:transcripts"],
+                            capture_output=True, text=True, timeout=180, env=os.environ | {"PYTHONWARNINGS": "ignore"})
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert listed.stdout.split() == ["transcripts"]
+    grouped = subprocess.run([str(dagster), "asset", "list", "-m", "batch_assets.definitions", "--select", "group:gpu"],
+                             capture_output=True, text=True, timeout=180, env=os.environ | {"PYTHONWARNINGS": "ignore"})
+    assert sorted(grouped.stdout.split()) == ["diarization", "transcripts", "vad_scores"], grouped.stderr[-2000:]
+    probe = _python("import hydra, nemo.collections.asr, pyannote.audio, omegaconf, antlr4; "
+                    "from hydra.core.override_parser.overrides_parser import OverridesParser; "
+                    "OverridesParser.create().parse_overrides(['a=1']); print(omegaconf.__version__)")
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split()[-1] == "2.4.0"
