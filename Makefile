@@ -17,8 +17,10 @@ run: setup
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
+# dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli.py: dev)
+DEV_PORT ?= 3000
 dev: setup
-	$(VENV)/bin/dagster dev -h 127.0.0.1 -p 3000
+	$(PY) -m batch_assets.cli dev --host 127.0.0.1 --port $(DEV_PORT)
 
 sample-data: setup
 	$(PY) scripts/make_sample_data.py

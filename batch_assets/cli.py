@@ -1,4 +1,5 @@
-"""`batch-assets run`: run the job `transcribe_partition` (five assets and their checks) for a partition.
+"""`batch-assets run`: run the job `transcribe_partition` (five assets and their checks) for a partition;
+`batch-assets show`: print a partition's speaker-attributed transcripts from its tables.
 
 Runs on the embedded default: local files (the bundled sample partition unless
 BATCH_ASSETS_SOURCE_URL says otherwise), the SQLite instance under `dagster_home/` (so the runs show up
@@ -47,7 +48,7 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None)
     import dagster as dg
 
     from batch_assets.dead_runs import free_dead_runs
-    from batch_assets.definitions import defs
+    from batch_assets.definitions import storage_from_env
     from batch_assets.partitions import PartitionKeyError, check_partition_key, daily_partitions
 
     try:
@@ -69,7 +70,7 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None)
         print(f"run {result.run_id} failed", file=sys.stderr)
         return 1
     for key in partitions:
-        print(_summary(defs.resources["storage"], key, wall_s))
+        print(_summary(storage_from_env(), key, wall_s))
     return 0
 
 
@@ -80,6 +81,67 @@ def transcribe_partition_job():
     return transcribe_partition()
 
 
+def show(partition: str, unit: str | None = None) -> int:
+    """Print a partition's (or one unit's) speaker-attributed transcript from the tables, as the UI shows it."""
+    from batch_assets import transcript_text
+    from batch_assets.definitions import storage_from_env
+    from batch_assets.partitions import PartitionKeyError, check_partition_key
+
+    storage = storage_from_env()
+    try:
+        check_partition_key(partition)
+        units = storage.read_parquet("transcripts", partition, "units")
+        words = storage.read_parquet("transcripts", partition, "words")
+        blocks = transcript_text.partition_units(units, words, unit, max_chars_per_unit=10**9)
+    except (PartitionKeyError, FileNotFoundError, KeyError) as error:
+        print(f"batch-assets: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        return 2
+    print(f"partition {partition}: {len(units)} units, {len(words)} words ({storage.output_url('transcripts', partition)})\n")
+    for block in blocks:
+        print("\n".join(block) + "\n")
+    return 0
+
+
+def dev(host: str, port: int, grace_s: float = 10.0) -> int:
+    """`dagster dev` that stops, whole, on Ctrl-C or SIGTERM within `grace_s` + a few seconds.
+
+    Why a wrapper: started from a script or a background job, processes inherit SIGINT *ignored*, and then
+    neither Ctrl-C nor Dagster's own shutdown reaches `dagster dev`, whose webserver and daemon wait for ever
+    on its shutdown pipe. Here dagster dev runs in a session of its own with default signal dispositions;
+    SIGINT, SIGTERM or SIGHUP to this process become one SIGINT to dagster dev (its clean shutdown), and
+    whatever of its process group is left after `grace_s` is killed.
+    """
+    import signal
+    import subprocess
+    import threading
+
+    def defaults() -> None:
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+
+    os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
+    proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", host, "-p", str(port)],
+                            start_new_session=True, preexec_fn=defaults)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    while proc.poll() is None and not stop.wait(0.5):
+        pass
+    if proc.poll() is None:
+        print("batch-assets dev: stopping dagster dev", file=sys.stderr)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            print(f"batch-assets dev: still running after {grace_s:.0f} s: killing it", file=sys.stderr)
+    try:  # code servers and anything else dagster dev left in its group
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return 0 if stop.is_set() else proc.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,7 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
+    show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
+    show_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    show_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
+    dev_parser = sub.add_parser("dev", help="dagster dev (webserver + daemon) that stops cleanly on Ctrl-C or SIGTERM")
+    dev_parser.add_argument("--host", default="127.0.0.1")
+    dev_parser.add_argument("--port", type=int, default=3000)
     args = parser.parse_args(argv)
+    if args.command == "dev":
+        return dev(args.host, args.port)
+    if args.command == "show":
+        return show(args.partition, args.unit)
     config = {"ops": {"fetched_audio": {"config": {"allow_shrink": True}}}} if args.allow_shrink else None
     return run(args.partition, args.through, config)
 

@@ -9,10 +9,44 @@ import dagster as dg
 from batch_assets.dead_runs import free_dead_runs_sensor
 from batch_assets.executor import executor_from_env
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
+from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.jobs import all_assets, transcribe_partition_job
 from batch_assets.schedules import daily_transcription_schedule
-from batch_assets.storage import StorageResource
+from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+from batch_assets.settings import env_int, env_or, env_str
+from batch_assets.storage import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL, StorageResource
+
+TORCH_THREADS = env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024)
+
+
+def build_resources() -> dict[str, dg.ConfigurableResource]:
+    """Every resource, from the environment, in one place (strings as `dg.EnvVar` when set; README: Configuration)."""
+    return {
+        "storage": StorageResource(
+            source_url=env_or("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
+            storage_url=env_or("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
+            s3_endpoint_url=env_or("BATCH_ASSETS_S3_ENDPOINT_URL", None),
+            s3_region=env_or("AWS_REGION", None) or env_or("AWS_DEFAULT_REGION", None),
+        ),
+        "gpu": GpuResource(
+            asr_model=env_or("BATCH_ASSETS_ASR_MODEL", TINY_TDT),
+            diarization_pipeline=env_or("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION),
+            device=env_or("BATCH_ASSETS_DEVICE", "auto"),
+            lock_dir=env_or("BATCH_ASSETS_LOCK_DIR", DEFAULT_LOCK_DIR),
+            torch_threads=TORCH_THREADS,
+        ),
+        "baseline": BaselineResource(storage_url=env_or("BATCH_ASSETS_BASELINE_URL", "")),
+    }
+
+
+def storage_from_env() -> StorageResource:
+    """The storage resource with its environment values resolved (for the CLI, outside a run)."""
+    return StorageResource(source_url=env_str("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
+                           storage_url=env_str("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
+                           s3_endpoint_url=env_str("BATCH_ASSETS_S3_ENDPOINT_URL"),
+                           s3_region=env_str("AWS_REGION") or env_str("AWS_DEFAULT_REGION"))
+
 
 defs = dg.Definitions(
     assets=all_assets,
@@ -20,7 +54,7 @@ defs = dg.Definitions(
     jobs=[transcribe_partition_job],
     schedules=[daily_transcription_schedule],
     sensors=[free_dead_runs_sensor],
-    resources={"storage": StorageResource(), "gpu": GpuResource(), "baseline": BaselineResource()},
+    resources=build_resources(),
     executor=executor_from_env(),
 )
 

@@ -1,15 +1,23 @@
-"""One strict parser for the integer, fraction and boolean settings read from environment variables.
+"""One strict parser for the settings read from environment variables, and the resources' env sources.
 
-Every setting is read once, when the code location loads, and a value that does not parse, or lies
-outside the accepted range, stops the load with an error that names the variable, what it held and what
-it accepts: a typo in a deployment must never silently mean something else (`0` runs per backfill, `yes`
-for a schedule that then stays off).
+Every integer, fraction and boolean setting is read once, when the code location loads, and a value that
+does not parse, or lies outside the accepted range, stops the load with an error that names the variable,
+what it held and what it accepts: a typo in a deployment must never silently mean something else (`0`
+runs per backfill, `yes` for a schedule that then stays off). String settings of resources (URLs, model
+names, the device) become `dg.EnvVar`s when set (`env_or`), so the UI shows where a value came from and
+each run resolves it from its own environment; `batch_assets/definitions.py` builds every resource from
+them, in one place.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TypeVar
+
+import dagster as dg
+
+T = TypeVar("T")
 
 
 class SettingError(ValueError):
@@ -58,3 +66,13 @@ def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None)
     if value in ("true", "false"):
         return value == "true"
     raise SettingError(f"{name}={raw!r} is not a valid boolean: use 'true' or 'false'")
+
+
+def env_str(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """A string setting (surrounding spaces dropped); unset or empty means `default`."""
+    return _raw(name, environ) or default
+
+
+def env_or(name: str, default: T) -> dg.EnvVar | T:
+    """A resource field's source: `dg.EnvVar(name)` when the variable is set, else the default value."""
+    return dg.EnvVar(name) if _raw(name, None) is not None else default

@@ -24,8 +24,8 @@ import polars as pl
 from pydantic import Field
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE_URL = os.environ.get("BATCH_ASSETS_SOURCE_URL", str(REPO_ROOT / "sample_data" / "audio"))
-DEFAULT_STORAGE_URL = os.environ.get("BATCH_ASSETS_STORAGE_URL", str(REPO_ROOT / "storage"))
+DEFAULT_SOURCE_URL = str(REPO_ROOT / "sample_data" / "audio")  # the embedded default; deployments set the env
+DEFAULT_STORAGE_URL = str(REPO_ROOT / "storage")
 
 
 def _join(root: str, *parts: str) -> str:
@@ -48,8 +48,8 @@ class StorageResource(dg.ConfigurableResource):
 
     source_url: str = Field(default=DEFAULT_SOURCE_URL, description="Root of the audio: {source_url}/YYYY-MM-DD/...")
     storage_url: str = Field(default=DEFAULT_STORAGE_URL, description="Root of every output table and array")
-    s3_endpoint_url: str | None = Field(default=os.environ.get("BATCH_ASSETS_S3_ENDPOINT_URL"))
-    s3_region: str | None = Field(default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    s3_endpoint_url: str | None = Field(default=None, description="Any S3 API (MinIO, moto, a regional endpoint); empty: AWS")
+    s3_region: str | None = Field(default=None, description="Empty: the AWS chain's region")
     s3_access_key_id: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_max_attempts: int = Field(default=4, description="botocore's own attempts per request (standard retry mode)")

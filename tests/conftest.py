@@ -50,12 +50,14 @@ def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: p
 
 
 def materialize_partition(
-    resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True
+    resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True,
+    checks: list | None = None,
 ):
+    """All five assets and their checks (plus `checks`, e.g. the baseline gate) for one partition."""
     from batch_assets.definitions import all_assets, transcripts_checks
 
     return dg.materialize(
-        [*all_assets, *transcripts_checks],
+        [*all_assets, *transcripts_checks, *(checks or [])],
         partition_key=partition,
         resources=resources,
         instance=dg.DagsterInstance.ephemeral(),

@@ -142,3 +142,11 @@ def test_dagster_cli_asset_selection_works_beside_nemo():
                     "OverridesParser.create().parse_overrides(['a=1']); print(omegaconf.__version__)")
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert probe.stdout.split()[-1] == "2.4.0"
+
+
+def test_the_baseline_gate_exists_only_when_a_baseline_is_configured():
+    code = ("from batch_assets.definitions import defs; "
+            "print(sorted(k.name for k in defs.resolve_job_def('transcribe_partition').asset_layer.asset_graph.asset_check_keys))")
+    without, configured = _python(code), _python(code, {"BATCH_ASSETS_BASELINE_URL": "/tmp/baseline-storage"})
+    assert without.returncode == 0 and configured.returncode == 0, without.stderr + configured.stderr
+    assert "gate_against_baseline" not in without.stdout and "gate_against_baseline" in configured.stdout

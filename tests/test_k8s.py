@@ -8,18 +8,21 @@ Kubernetes OpenAPI schemas with kubernetes-validate (strict: unknown fields fail
 
 from __future__ import annotations
 
-import pathlib
-
 import kubernetes
 import kubernetes_validate
 import pytest
 import yaml
 from dagster_k8s.container_context import K8sContainerContext
-from dagster_k8s.job import DagsterK8sJobConfig, UserDefinedDagsterK8sConfig, construct_dagster_k8s_job, get_user_defined_k8s_config
+from dagster_k8s.job import (
+    DagsterK8sJobConfig,
+    UserDefinedDagsterK8sConfig,
+    construct_dagster_k8s_job,
+    get_user_defined_k8s_config,
+)
 
 from batch_assets.definitions import defs
-from batch_assets.storage import REPO_ROOT
 from batch_assets.settings import env_bool
+from batch_assets.storage import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
 K8S = REPO_ROOT / "k8s"
@@ -102,7 +105,11 @@ def test_every_step_pods_requests_fit_its_limits():
 
 def test_the_image_can_reach_the_charts_instance():
     """The chart configures Postgres run/event/schedule storage; run and step pods load it from this image."""
-    from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+    from dagster_postgres import (
+        PostgresEventLogStorage,
+        PostgresRunStorage,
+        PostgresScheduleStorage,
+    )
 
     assert all(isinstance(c, type) for c in (PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage))
 

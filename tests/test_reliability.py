@@ -258,6 +258,12 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
         assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+        # `batch-assets run` is the job on the instance, its checks included (as the schedule and the UI run it)
+        [new] = [r for r in instance.get_runs() if r.run_id != dead.run_id]
+        assert new.job_name == "transcribe_partition" and new.status == dg.DagsterRunStatus.SUCCESS
+        checks = instance.get_records_for_run(new.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+        assert {r.event_log_entry.dagster_event.event_specific_data.check_name for r in checks} == {
+            "units_accounted_for", "partition_has_audio", "no_words_on_silent_units"}
 
 
 def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):

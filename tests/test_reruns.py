@@ -84,7 +84,7 @@ def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
     result = _rerun(resources, [RERUN_KEY])
     assert result.success
     evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == 4 and all(e.passed and e.partition == P for e in evaluations)
+    assert len(evaluations) == 3 and all(e.passed and e.partition == P for e in evaluations)
     after = _tables(storage)
 
     # The rerun unit: recomputed (stale words gone) and identical to what the whole run produced.

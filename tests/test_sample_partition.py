@@ -135,3 +135,58 @@ def test_rerun_replaces_outputs_without_duplicates(sample_run, lock_dir):
     assert not fs.exists(path)
     for name, frame in before.items():
         assert _table(storage, "transcripts", name).equals(frame)
+
+
+def _metadata(result, asset: str) -> dict:
+    event = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset)
+    return dict(event.materialization.metadata)
+
+
+def test_the_ui_shows_speaker_attributed_turns_and_what_happened_to_each_unit(sample_run):
+    import dagster as dg
+
+    result, storage = sample_run
+    meta = _metadata(result, "transcripts")
+    transcript = meta["transcript"].value
+    units, words = _table(storage, "transcripts", "units"), _table(storage, "transcripts", "words")
+    for row in units.iter_rows(named=True):
+        assert f"**{row['unit_id']} ({row['result_class']}" in transcript
+    # every turn line is SPEAKER_xx [start-end]: whole words of that unit, in order
+    turn_lines = [line for line in transcript.splitlines() if line.startswith("SPEAKER_")]
+    assert len(turn_lines) >= len(units.filter(pl.col("num_words") > 0))
+    first = words.filter(pl.col("unit_id") == units.filter(pl.col("num_words") > 0)["unit_id"][0]).sort("word_index")
+    speaker, start = first["speaker"][0], first["start_s"][0]
+    opening = []  # the unit's first turn, computed here from the words table
+    for word, label in zip(first["word"], first["speaker"], strict=True):
+        if label != speaker:
+            break
+        opening.append(word)
+    assert f"{speaker} [{start:.2f}-{first['end_s'][len(opening) - 1]:.2f}]: {' '.join(opening)}\n" in transcript
+    assert len(transcript) < 20 * 1700
+    classes = meta["unit_classes"].value
+    assert "silence__empty_room.wav | silent" in classes and "no speech detected by VAD" in classes
+    # tables for every asset, column descriptions, and section times as timestamps (not plotted floats)
+    assert isinstance(meta["section_entered"], dg.TimestampMetadataValue)
+    assert "section_seconds" not in _metadata(result, "vad_scores") and "section_seconds" in meta
+    assert {"turns_table", "speakers_table"} <= set(_metadata(result, "diarization"))
+    columns = {c.name: c.description for c in meta["dagster/column_schema"].value.columns}
+    assert all(columns.values()) and "speaker" in columns["text"]
+
+
+def test_batch_assets_show_prints_the_same_turns(sample_run):
+    import os
+    import subprocess
+    import sys
+
+    result, storage = sample_run
+    env = os.environ | {"BATCH_ASSETS_STORAGE_URL": storage.storage_url}
+    shown = subprocess.run([sys.executable, "-m", "batch_assets.cli", "show", "--partition", P, "--unit",
+                            "calls/2026/support_call.flac"], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("SPEAKER_")]
+    transcript = _metadata(result, "transcripts")["transcript"].value
+    assert lines and all(line in transcript for line in lines)
+    assert shown.stdout.count("calls__2026__support_call.flac (") == 1 and "meetings__" not in shown.stdout
+    missing = subprocess.run([sys.executable, "-m", "batch_assets.cli", "show", "--partition", P, "--unit", "nope.wav"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert missing.returncode == 2 and "unit 'nope.wav' is not in this partition" in missing.stderr

@@ -35,7 +35,7 @@ def test_two_processes_on_one_device_take_turns(tmp_path):
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]
         meta = _metadata(home)
-        intervals.append((meta["section_entered_unix"], meta["section_exited_unix"], meta["lock_wait_seconds"]))
+        intervals.append((meta["section_entered"], meta["section_exited"], meta["lock_wait_seconds"]))
     (a_in, a_out, _), (b_in, b_out, _) = sorted(intervals)
     assert a_out <= b_in, f"sections overlapped: {intervals}"
     print(f"sections: {intervals}")

@@ -21,7 +21,12 @@ from pydantic import Field
 from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.resources import GpuResource, quarantine
+from batch_assets import transcript_text
 from batch_assets.gpu.tables import (
+    REGIONS_SCHEMA,
+    SPEAKERS_SCHEMA,
+    TRANSCRIPT_UNITS_SCHEMA,
+    TURNS_SCHEMA,
     VAD_UNITS_SCHEMA,
     WORDS_SCHEMA,
     diarization_tables,
@@ -30,7 +35,8 @@ from batch_assets.gpu.tables import (
     transcript_tables,
     vad_tables,
 )
-from batch_assets.ingest.assets import class_counts, fetched_audio, preflight, prepared_flights, table_schema
+from batch_assets.columns import table_schema
+from batch_assets.ingest.assets import class_counts, fetched_audio, preflight, prepared_flights
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.storage import StorageResource
@@ -38,6 +44,7 @@ from batch_assets.switches import SWITCH_DEFAULTS
 
 GROUP = "gpu"
 GPU_POOL = "gpu"
+GPU_ASSETS = ("vad_scores", "diarization", "transcripts")
 GPU_K8S_CONFIG = {
     "container_config": {
         "resources": {
@@ -76,11 +83,16 @@ class GpuSectionConfig(dg.Config):
     )
 
 
-def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> str:
-    lines = ["| unit_id | result_class | words | text |", "|---|---|---|---|"]
+def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
+    """Each unit's class and reason, whole (the partition page's answer to "what happened to each file")."""
+    lines = ["| unit_id | class | seconds | speakers | words | reason |", "|---|---|---|---|---|---|"]
     for row in units.head(rows).iter_rows(named=True):
-        text = (row["text"] or "")[:chars].replace("|", " ")
-        lines.append(f"| {row['unit_id']} | {row['result_class']} | {row['num_words']} | {text} |")
+        seconds = f"{row['duration_s']:.1f}" if row["duration_s"] is not None else "-"
+        speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
+        reason = (row["reason"] or "").replace("|", "/")
+        lines.append(f"| {row['unit_id']} | {row['result_class']} | {seconds} | {speakers} | {row['num_words']} | {reason} |")
+    if len(units) > rows:
+        lines.append(f"\n{len(units) - rows} more units: see `units_table`")
     return "\n".join(lines)
 
 
@@ -96,6 +108,11 @@ def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> st
     ],
     partitions_def=daily_partitions,
     backfill_policy=backfill_policy,
+    # Subsettable in Dagster's eyes, so that the UI's backfill validation of a non-subsettable multi-asset
+    # (which in Dagster 1.13.27 compares the three keys' partition subsets by internal representation, and
+    # refuses valid backfills depending on the process's hash seed) does not apply. The three outputs are
+    # still computed together: a selection of only some of them fails at once, saying so.
+    can_subset=True,
     pool=GPU_POOL,
     op_tags={"dagster-k8s/config": GPU_K8S_CONFIG},
     retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
@@ -103,6 +120,10 @@ def markdown_preview(units: pl.DataFrame, rows: int = 5, chars: int = 120) -> st
 def gpu_section(
     context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource
 ):
+    selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
+    if selected != sorted(GPU_ASSETS):
+        raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
+                         f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
     partitions = context.partition_keys
     preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
     if config.units and len(partitions) > 1:
@@ -111,7 +132,7 @@ def gpu_section(
     for partition in partitions:
         for asset, metadata in run_partition(context, config, storage, gpu, partition, len(partitions)).items():
             context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
-    for asset in ("vad_scores", "diarization", "transcripts"):
+    for asset in GPU_ASSETS:
         yield dg.MaterializeResult(asset_key=asset)
 
 
@@ -206,11 +227,11 @@ def run_partition(
     vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
     audio_s = float(vad_units["duration_s"].sum() or 0.0)
     run_audio_s = sum(o.duration_s for o in outcomes if o.vad is not None)
-    shared = {
+    section = {  # the step's report, once (on transcripts, the asset analysts open)
         "section_seconds": round(section_s, 3),
         "lock_wait_seconds": round(waited, 3),
-        "section_entered_unix": entered_unix,
-        "section_exited_unix": exited_unix,
+        "section_entered": dg.MetadataValue.timestamp(entered_unix) if entered_unix else "not entered (no units)",
+        "section_exited": dg.MetadataValue.timestamp(exited_unix) if exited_unix else "not entered (no units)",
         "vad_seconds": round(stats.seconds["vad"], 3),
         "diarization_seconds": round(stats.seconds["diarization"], 3),
         "asr_seconds": round(stats.seconds["asr"], 3),
@@ -235,29 +256,43 @@ def run_partition(
         "audio_seconds_per_section_second": round(run_audio_s / section_s, 2) if section_s else None,
     }
     if cuda_peak is not None:
-        shared["cuda_peak_memory_gib"] = round(cuda_peak / 2**30, 3)
+        section["cuda_peak_memory_gib"] = round(cuda_peak / 2**30, 3)
+    uris, speakers = tables["uris"], tables["diarization", "speakers"]
     return {
-        "vad_scores": shared | {
+        "vad_scores": {
             "units": len(vad_units),
             "speech_ratio": round(float(vad_units["speech_s"].sum() or 0.0) / audio_s, 4) if audio_s else None,
+            "vad_seconds": round(stats.seconds["vad"], 3),
+            "segmentation_forwards": stats.segmentation_forwards["vad"],
+            "units_table": dg.MetadataValue.path(uris["vad_scores", "units"]),
+            "regions_table": dg.MetadataValue.path(uris["vad_scores", "regions"]),
+            "regions_schema": table_schema(REGIONS_SCHEMA),
             "dagster/column_schema": table_schema(VAD_UNITS_SCHEMA),
             "dagster/row_count": len(vad_units),
         },
-        "diarization": shared | {
+        "diarization": {
             "turns": len(turns),
-            "speakers": len(tables["diarization", "speakers"]),
-            "dagster/column_schema": table_schema(dict(turns.schema)),
+            "speakers": len(speakers),
+            "speakers_per_unit": {r["unit_id"]: r["len"] for r in speakers.group_by("unit_id", maintain_order=True).len().iter_rows(named=True)},
+            "diarization_seconds": round(stats.seconds["diarization"], 3),
+            "segmentation_reuse": dict(stats.segmentation_reuse),
+            "segmentation_forwards": stats.segmentation_forwards["diarization"],
+            "turns_table": dg.MetadataValue.path(uris["diarization", "turns"]),
+            "speakers_table": dg.MetadataValue.path(uris["diarization", "speakers"]),
+            "speakers_schema": table_schema(SPEAKERS_SCHEMA),
+            "dagster/column_schema": table_schema(TURNS_SCHEMA),
             "dagster/row_count": len(turns),
         },
-        "transcripts": shared | {
+        "transcripts": section | {
             "units": len(units),
             "units_by_class": class_counts(units),
+            "unit_classes": dg.MetadataValue.md(unit_classes_markdown(units)),
             "words": len(tables["transcripts", "words"]),
-            "units_table": dg.MetadataValue.path(tables["uris"]["transcripts", "units"]),
-            "words_table": dg.MetadataValue.path(tables["uris"]["transcripts", "words"]),
+            "transcript": dg.MetadataValue.md(transcript_text.markdown(units, tables["transcripts", "words"]) or "(no units)"),
+            "units_table": dg.MetadataValue.path(uris["transcripts", "units"]),
+            "words_table": dg.MetadataValue.path(uris["transcripts", "words"]),
             "words_schema": table_schema(WORDS_SCHEMA),
-            "preview": dg.MetadataValue.md(markdown_preview(units)),
-            "dagster/column_schema": table_schema(dict(units.schema)),
+            "dagster/column_schema": table_schema(TRANSCRIPT_UNITS_SCHEMA),
             "dagster/row_count": len(units),
         },
     }

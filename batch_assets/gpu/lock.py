@@ -9,7 +9,6 @@ enough: this is a file lock keyed by the device, in a folder all those processes
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 import re
 import tempfile
@@ -18,7 +17,7 @@ from collections.abc import Iterator
 
 import filelock
 
-DEFAULT_LOCK_DIR = os.environ.get("BATCH_ASSETS_LOCK_DIR", str(pathlib.Path(tempfile.gettempdir()) / "batch_assets-locks"))
+DEFAULT_LOCK_DIR = str(pathlib.Path(tempfile.gettempdir()) / "batch_assets-locks")  # machine-wide (BATCH_ASSETS_LOCK_DIR)
 
 
 def lock_path(lock_dir: str, device: str) -> pathlib.Path:

@@ -9,7 +9,6 @@ can no longer be trusted to produce results identical to the baseline.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 
@@ -19,7 +18,6 @@ from pydantic import Field, PrivateAttr
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
-from batch_assets.settings import env_int
 
 
 _LOADED: dict[tuple, LoadedModels] = {}
@@ -44,19 +42,19 @@ class GpuResource(dg.ConfigurableResource):
     """Models and device for the GPU section."""
 
     asr_model: str = Field(
-        default=os.environ.get("BATCH_ASSETS_ASR_MODEL", TINY_TDT),
+        default=TINY_TDT,
         description="NeMo TDT model: a name (nvidia/parakeet-tdt-0.6b-v2), a .nemo path, or builtin:tiny-tdt",
     )
     diarization_pipeline: str = Field(
-        default=os.environ.get("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION),
+        default=TINY_DIARIZATION,
         description="pyannote pipeline: a name (pyannote/speaker-diarization-community-1), a folder, or builtin:tiny-diarization",
     )
-    device: str = Field(default=os.environ.get("BATCH_ASSETS_DEVICE", "auto"), description="'auto', 'cpu', 'cuda' or 'cuda:N'")
+    device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'")
     segmentation_batch_size: int = Field(default=32, description="Shared by VAD and diarization so scores are identical")
     embedding_batch_size: int = Field(default=32)
     asr_batch_size: int = Field(default=16)
     lock_dir: str = Field(default=DEFAULT_LOCK_DIR, description="Folder of the per-device section locks")
-    torch_threads: int = Field(default=env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024), description="0 = torch default")
+    torch_threads: int = Field(default=0, description="0 = torch default")
 
     _models: LoadedModels | None = PrivateAttr(default=None)
 

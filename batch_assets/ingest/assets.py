@@ -12,6 +12,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from batch_assets.columns import table_schema
 from batch_assets.dead_runs import free_dead_runs
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
@@ -69,10 +70,6 @@ class PrepareConfig(dg.Config):
 
 def class_counts(frame: pl.DataFrame) -> dict[str, int]:
     return dict(sorted(collections.Counter(frame["result_class"].to_list()).items()))
-
-
-def table_schema(schema: dict[str, pl.DataType]) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
 
 
 @dg.asset(

@@ -1,0 +1,90 @@
+"""Speaker-attributed transcripts as people read them: turns of `SPEAKER_xx [start-end]: words`.
+
+Built from the `transcripts` tables alone (Dagster-free), so the materialization metadata in the UI and
+`batch-assets show` in a terminal print the same text. Consecutive words of one speaker form a turn;
+texts are bounded for metadata, always cut between whole words, and say what was left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    speaker: str
+    start_s: float
+    end_s: float
+    words: tuple[str, ...]
+
+    def line(self) -> str:
+        return f"{self.speaker} [{self.start_s:.2f}-{self.end_s:.2f}]: {' '.join(self.words)}"
+
+
+def turns(words: pl.DataFrame) -> list[Turn]:
+    """One unit's words (word_index order) grouped into speaker turns."""
+    found: list[Turn] = []
+    speaker, start, end, current = "", 0.0, 0.0, []
+    for row in words.sort("word_index").iter_rows(named=True):
+        label = row["speaker"] or "SPEAKER_?"
+        if current and label != speaker:
+            found.append(Turn(speaker, start, end, tuple(current)))
+            current = []
+        if not current:
+            speaker, start = label, row["start_s"]
+        current.append(row["word"])
+        end = row["end_s"]
+    if current:
+        found.append(Turn(speaker, start, end, tuple(current)))
+    return found
+
+
+def _bounded(lines: list[str], max_chars: int) -> list[str]:
+    """As many whole lines as fit; the line that does not fit is cut after its last whole word that does."""
+    kept, used = [], 0
+    for i, line in enumerate(lines):
+        if used + len(line) <= max_chars:
+            kept.append(line)
+            used += len(line) + 1
+            continue
+        cut = line[: max(0, max_chars - used)].rsplit(" ", 1)[0]
+        if "]: " in cut:  # at least the turn's label and one whole word
+            kept.append(cut + " …")
+        kept.append(f"… ({len(lines) - i} more turn(s) not shown)")
+        break
+    return kept
+
+
+def unit_lines(unit: dict, words: pl.DataFrame, max_chars: int = 2000) -> list[str]:
+    """A unit's header line and its turns (bounded)."""
+    duration = f"{unit['duration_s']:.1f} s" if unit["duration_s"] is not None else "-"
+    header = f"{unit['unit_id']} ({unit['result_class']}, {duration}, {unit['num_words']} words)"
+    if unit["reason"]:
+        header += f": {unit['reason']}"
+    return [header, *_bounded([t.line() for t in turns(words)], max_chars)]
+
+
+def partition_units(units: pl.DataFrame, words: pl.DataFrame, unit: str | None = None,
+                    max_chars_per_unit: int = 2000) -> list[list[str]]:
+    """Every unit (or one, by unit_id or source key), each as its header and speaker turns."""
+    rows = [r for r in units.iter_rows(named=True)
+            if unit is None or unit == r["unit_id"] or r["source_uri"].endswith("/" + unit)]
+    if unit is not None and not rows:
+        raise KeyError(f"unit {unit!r} is not in this partition; its units: {', '.join(units['unit_id'])}")
+    by_unit = {key[0]: frame for key, frame in words.partition_by("unit_id", as_dict=True).items()} if len(words) else {}
+    return [unit_lines(row, by_unit.get(row["unit_id"], words.clear()), max_chars_per_unit) for row in rows]
+
+
+def markdown(units: pl.DataFrame, words: pl.DataFrame, max_chars_per_unit: int = 1500, max_units: int = 20) -> str:
+    """The speaker-attributed transcript for the UI: per unit a bold header and its turns in a code block."""
+    blocks = partition_units(units, words, None, max_chars_per_unit)
+    out = []
+    for header, *body in blocks[:max_units]:
+        out.append(f"**{header}**")
+        if body:
+            out.append("```\n" + "\n".join(body) + "\n```")
+    if len(blocks) > max_units:
+        out.append(f"… {len(blocks) - max_units} more unit(s): `batch-assets show --partition P --unit U` prints any of them")
+    return "\n\n".join(out)
