@@ -29,32 +29,27 @@ def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
     return None if value is None or value.strip() == "" else value.strip()
 
 
-def env_int(name: str, default: int, minimum: int, maximum: int, environ: Mapping[str, str] | None = None) -> int:
-    """An integer in [minimum, maximum]; unset or empty means `default`."""
+def _number(name: str, default, parse, kind: str, minimum, maximum, accepts: str, environ: Mapping[str, str] | None):
     raw = _raw(name, environ)
     if raw is None:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise SettingError(f"{name}={raw!r} is not an integer: use a whole number from {minimum} to {maximum}") from None
+        raise SettingError(f"{name}={raw!r} is not {kind}: use {accepts}") from None
     if not minimum <= value <= maximum:
-        raise SettingError(f"{name}={value} is out of range: use a whole number from {minimum} to {maximum}")
+        raise SettingError(f"{name}={value} is out of range: use {accepts}")
     return value
+
+
+def env_int(name: str, default: int, minimum: int, maximum: int, environ: Mapping[str, str] | None = None) -> int:
+    """An integer in [minimum, maximum]; unset or empty means `default`."""
+    return _number(name, default, int, "an integer", minimum, maximum, f"a whole number from {minimum} to {maximum}", environ)
 
 
 def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
     """A number in [0, 1]; unset or empty means `default`."""
-    raw = _raw(name, environ)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not a number: use a fraction from 0 to 1 (e.g. 0.5)") from None
-    if not 0.0 <= value <= 1.0:
-        raise SettingError(f"{name}={value} is out of range: use a fraction from 0 to 1 (e.g. 0.5)")
-    return value
+    return _number(name, default, float, "a number", 0.0, 1.0, "a fraction from 0 to 1 (e.g. 0.5)", environ)
 
 
 def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -14,11 +13,7 @@ import requests
 
 from batch_assets.storage import REPO_ROOT
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .servers import free_port, wait_for_webserver
 
 
 def _alive(group: int) -> list[str]:
@@ -35,23 +30,14 @@ def test_make_dev_stops_whole_within_15_seconds(tmp_path, sig, inherited_sigint)
     home = tmp_path / "home"
     home.mkdir()
     shutil.copy(REPO_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    port = _free_port()
+    port = free_port()
     env = os.environ | {"DAGSTER_HOME": str(home), "BATCH_ASSETS_STORAGE_URL": str(tmp_path / "storage"),
                         "BATCH_ASSETS_LOCK_DIR": str(tmp_path / "locks"), "PYTHONWARNINGS": "ignore"}
     log = (tmp_path / "dev.log").open("w")
     make = subprocess.Popen(["make", "dev", f"DEV_PORT={port}"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited_sigint))
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert make.poll() is None, (tmp_path / "dev.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "dagster dev did not answer within 180 s"
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/server_info", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(1)
+        wait_for_webserver(port, make, tmp_path / "dev.log")
         time.sleep(3)  # the daemon and the code server up too
         wrapper_group = make.pid
         sent = time.monotonic()

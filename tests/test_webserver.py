@@ -13,18 +13,17 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
-import requests
 from dagster_graphql import DagsterGraphQLClient
 
 from batch_assets.storage import REPO_ROOT
 
 from .partition_sources import make_source
+from .servers import free_port, wait_for_webserver
 
 ASSETS = ["fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"]
 LAUNCH_BACKFILL = """
@@ -55,12 +54,6 @@ query($id: String!) {
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(params=["0", "1", "2"], ids=lambda seed: f"PYTHONHASHSEED={seed}")
 def dagster_dev(request, tmp_path, lock_dir):
     home = tmp_path / "dagster_home"
@@ -72,7 +65,7 @@ def dagster_dev(request, tmp_path, lock_dir):
         "2026-02-03": ["meetings/planning.mp3", "silence/empty_room.wav"],
     })
     storage = tmp_path / "storage"
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ) | {
         "DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": str(source), "BATCH_ASSETS_STORAGE_URL": str(storage),
         "BATCH_ASSETS_LOCK_DIR": str(lock_dir), "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "1",
@@ -88,17 +81,7 @@ def dagster_dev(request, tmp_path, lock_dir):
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            assert process.poll() is None, (tmp_path / "dagster_dev.log").read_text()[-3000:]
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/server_info", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail("dagster dev did not answer within 180 s")
+        wait_for_webserver(port, process, tmp_path / "dagster_dev.log")
         yield DagsterGraphQLClient("127.0.0.1", port_number=port), storage, tmp_path / "dagster_dev.log"
     finally:
         os.killpg(process.pid, signal.SIGTERM)
