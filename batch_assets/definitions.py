@@ -9,7 +9,9 @@ import dagster as dg
 from batch_assets.dead_runs import free_dead_runs_sensor
 from batch_assets.executor import executor_from_env
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
+from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
+from batch_assets.io_manager import StorageJsonIOManager
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.jobs import all_assets, transcribe_partition_job
 from batch_assets.schedules import daily_transcription_schedule
@@ -22,13 +24,15 @@ TORCH_THREADS = env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024
 
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     """Every resource, from the environment, in one place (strings as `dg.EnvVar` when set; README: Configuration)."""
+    storage = StorageResource(
+        source_url=env_or("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
+        storage_url=env_or("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
+        s3_endpoint_url=env_or("BATCH_ASSETS_S3_ENDPOINT_URL", None),
+        s3_region=env_or("AWS_REGION", None) or env_or("AWS_DEFAULT_REGION", None),
+    )
     return {
-        "storage": StorageResource(
-            source_url=env_or("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
-            storage_url=env_or("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
-            s3_endpoint_url=env_or("BATCH_ASSETS_S3_ENDPOINT_URL", None),
-            s3_region=env_or("AWS_REGION", None) or env_or("AWS_DEFAULT_REGION", None),
-        ),
+        "storage": storage,
+        GPU_IO: StorageJsonIOManager(storage=storage),
         "gpu": GpuResource(
             asr_model=env_or("BATCH_ASSETS_ASR_MODEL", TINY_TDT),
             diarization_pipeline=env_or("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION),

@@ -197,6 +197,10 @@ class PartitionOutputs:
     def write_array(self, array: np.ndarray, name: str) -> str:
         return self._track(self.storage.write_array(array, self.asset, self.partition, name))
 
+    def keep(self, paths: list[str]) -> None:
+        """Count files another step wrote (filesystem paths) as this materialization's, so they are not removed."""
+        self.written.update(paths)
+
     def _track(self, url: str) -> str:
         self.written.add(self.storage.filesystem(url)[1])
         return url

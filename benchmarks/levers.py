@@ -88,6 +88,7 @@ def main() -> None:
     from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import gate
     from batch_assets.gpu.resources import GpuResource
+    from batch_assets.io_manager import StorageJsonIOManager
     from batch_assets.storage import StorageResource
 
     preset = PRESETS[args.preset] | ({"units": args.units} if args.units else {})
@@ -102,7 +103,8 @@ def main() -> None:
     ingest_root = work / "ingest"
     started = time.perf_counter()
     ingest = dg.materialize(all_assets, selection=dg.AssetSelection.assets("fetched_audio", "prepared_flights"), partition_key=PARTITION,
-                            resources={"storage": storage_at(ingest_root), "gpu": gpu}, instance=dg.DagsterInstance.ephemeral(),
+                            resources={"storage": storage_at(ingest_root), "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage_at(ingest_root))},
+                            instance=dg.DagsterInstance.ephemeral(),
                             run_config={"ops": {"prepared_flights": {"config": {"decode_budget_seconds": args.budget,
                                                                                "max_units_per_flight": args.flight_units}}}})
     assert ingest.success
@@ -122,7 +124,8 @@ def main() -> None:
             storage = storage_at(root)
             started = time.perf_counter()
             result = dg.materialize(all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"), partition_key=PARTITION,
-                                    resources={"storage": storage, "gpu": gpu}, instance=dg.DagsterInstance.ephemeral(),
+                                    resources={"storage": storage, "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage)},
+                                    instance=dg.DagsterInstance.ephemeral(),
                                     run_config={"ops": {"gpu_section": {"config": config}}})
             wall = time.perf_counter() - started
             assert result.success

@@ -40,10 +40,13 @@ def lock_dir(tmp_path_factory) -> pathlib.Path:
 def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: pathlib.Path = SAMPLE_SOURCE) -> dict:
     from batch_assets.gate.checks import BaselineResource
     from batch_assets.gpu.resources import GpuResource
+    from batch_assets.io_manager import StorageJsonIOManager
     from batch_assets.storage import StorageResource
 
+    storage = StorageResource(source_url=str(source), storage_url=str(storage_root))
     return {
-        "storage": StorageResource(source_url=str(source), storage_url=str(storage_root)),
+        "storage": storage,
+        "gpu_io": StorageJsonIOManager(storage=storage),
         "gpu": GpuResource(lock_dir=str(lock_dir), device="cpu"),
         "baseline": BaselineResource(storage_url=""),
     }

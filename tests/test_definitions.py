@@ -32,13 +32,17 @@ def test_asset_graph_and_partitions():
         assert "prepared_flights" in parents[key]
 
 
-def test_gpu_section_is_one_pooled_gpu_tagged_step():
+def test_gpu_work_is_pooled_gpu_tagged_shard_steps_between_cpu_steps():
     gpu_defs = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("transcripts") in a.keys]
     assert len(gpu_defs) == 1
     section = gpu_defs[0]
     assert {k.to_user_string() for k in section.keys} == {"vad_scores", "diarization", "transcripts"}
-    op = section.op
-    assert op.pool == "gpu"
+    ops = {op.name: op for op in section.node_def.iterate_op_defs()}
+    assert set(ops) == {"plan_gpu_shards", "gpu_shard", "assemble_gpu_tables"}
+    assert ops["plan_gpu_shards"].pool is None and ops["assemble_gpu_tables"].pool is None
+    assert "dagster-k8s/config" not in ops["assemble_gpu_tables"].tags
+    op = ops["gpu_shard"]
+    assert op.pool == "gpu" and op.retry_policy is not None
     k8s = op.tags["dagster-k8s/config"]
     if isinstance(k8s, str):
         import json

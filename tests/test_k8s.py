@@ -8,6 +8,7 @@ Kubernetes OpenAPI schemas with kubernetes-validate (strict: unknown fields fail
 
 from __future__ import annotations
 
+import dagster as dg
 import kubernetes
 import kubernetes_validate
 import pytest
@@ -25,6 +26,7 @@ from batch_assets.settings import env_bool
 from batch_assets.storage import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
+GPU_STEP = "gpu_section.gpu_shard"  # one step (one pod, one GPU) per shard of a partition
 K8S = REPO_ROOT / "k8s"
 KUBERNETES_VERSION = "1.32"
 VALUES = yaml.safe_load((K8S / "values.yaml").read_text())
@@ -57,16 +59,25 @@ def _step_jobs() -> dict[str, dict]:
     )
     api = kubernetes.client.ApiClient()
     jobs = {}
-    for node in job_def.graph.nodes:
+    for name, node in _op_nodes(job_def.graph):
         context = _run_container_context().merge(K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(node.tags)))
         job = construct_dagster_k8s_job(
-            job_config=config, args=["dagster", "api", "execute_step"], job_name=f"dagster-step-{node.name.replace('_', '-')}",
+            job_config=config, args=["dagster", "api", "execute_step"], job_name=f"dagster-step-{name.replace('_', '-').replace('.', '-')}",
             component="step_worker", user_defined_k8s_config=context.run_k8s_config,
-            labels={"dagster/op": node.name}, env_vars=[{"name": "DAGSTER_RUN_STEP_KEY", "value": node.name}],
+            labels={"dagster/op": node.name}, env_vars=[{"name": "DAGSTER_RUN_STEP_KEY", "value": name}],
         )
         manifest = api.sanitize_for_serialization(job)
-        jobs[node.name] = {"apiVersion": "batch/v1", "kind": "Job", **manifest}
+        jobs[name] = {"apiVersion": "batch/v1", "kind": "Job", **manifest}
     return jobs
+
+
+def _op_nodes(graph, prefix: str = ""):
+    """(step name, node) of every op, inside graph-backed assets too (each is a step, so a pod, of its own)."""
+    for node in graph.nodes:
+        if isinstance(node.definition, dg.GraphDefinition):
+            yield from _op_nodes(node.definition, f"{prefix}{node.name}.")
+        else:
+            yield f"{prefix}{node.name}", node
 
 
 def _resources(job: dict) -> dict:
@@ -75,8 +86,8 @@ def _resources(job: dict) -> dict:
 
 def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
     jobs = _step_jobs()
-    assert {"gpu_section", "fetched_audio", "prepared_flights"} <= set(jobs)
-    gpu = jobs.pop("gpu_section")
+    assert {GPU_STEP, "fetched_audio", "prepared_flights", "gpu_section.plan_gpu_shards"} <= set(jobs)
+    gpu = jobs.pop(GPU_STEP)
     assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
     assert _resources(gpu)["requests"]["nvidia.com/gpu"] == "1"
     pod = gpu["spec"]["template"]["spec"]
@@ -99,7 +110,7 @@ def test_every_step_pods_requests_fit_its_limits():
             request = resources.get("requests", {}).get(resource)
             if request is not None:
                 assert parse_quantity(request) <= parse_quantity(limit), (name, resource, request, limit)
-    gpu = _resources(jobs["gpu_section"])
+    gpu = _resources(jobs[GPU_STEP])
     assert parse_quantity(gpu["limits"]["memory"]) >= parse_quantity("24Gi")
 
 
@@ -129,7 +140,7 @@ def test_step_pod_manifests_validate_against_kubernetes_schemas():
     jobs = _step_jobs()
     for job in jobs.values():
         _validate(job)
-    broken = jobs["gpu_section"]
+    broken = jobs[GPU_STEP]
     broken["spec"]["template"]["spec"]["containers"][0]["resources"]["limit"] = {"nvidia.com/gpu": "1"}  # typo'd field
     with pytest.raises(kubernetes_validate.ValidationError):
         _validate(broken)

@@ -1,27 +1,36 @@
-"""`vad_scores`, `diarization` and `transcripts`: one GPU multi-asset, one resource-locked section.
+"""`vad_scores`, `diarization` and `transcripts`: one GPU multi-asset, its work split into shards.
 
-The three outputs come from one step because they share the expensive state: the models on the device
-and each flight's audio. The step declares `pool="gpu"` (Dagster concurrency pool, sized to the GPUs)
-and asks dagster-k8s for one `nvidia.com/gpu` in its own op tags (job tags do not reach step pods).
-Inside, the cross-process device lock guarantees that only one step at a time runs on the device.
+The three outputs come from the same GPU work because they share the expensive state: the models on the
+device and each flight's audio. A graph of three steps produces them (the day stays the partition):
 
-A run may carry several partitions (a backfill under the BackfillPolicy): the models are loaded once for
-the run and each partition gets its own locked section and its own materializations. An analyst can
-rerun only some units of one partition (`units` in run config): the other units' rows are kept.
+1. `plan_gpu_shards` (CPU): reads the day's flight plan, takes the partition's lease (one writer per
+   partition, `batch_assets/lease.py`), validates a `units` rerun, and groups the flights, whole and in
+   plan order, into shards of at most `shard_audio_seconds`;
+2. `gpu_shard`, one step per shard (Dagster dynamic outputs): pool `gpu` (sized to the GPUs), one
+   `nvidia.com/gpu` pod on Kubernetes (its op tags), the cross-process device lock around the section.
+   It runs the typed runner (`gpu/runner.py`) and commits each finished flight durably
+   (`gpu/commits.py`), keyed by the run's root run id: a retry, a run retry from failure or a
+   re-execution from failure resumes after the last committed flight;
+3. `assemble_gpu_tables` (CPU): once every shard succeeded, builds the three assets' tables from the
+   commits and replaces the partition's tables atomically (or, for a `units` rerun, only those units'
+   rows), records each asset's metadata and releases the lease.
+
+A run may carry several partitions (a backfill under the BackfillPolicy): each has its own shards and its
+own materializations; a GPU step loads the models once for all the shards it runs.
 """
 
 import collections
-import time
 from collections.abc import Iterable
 
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode
-from batch_assets.gpu.flight_feed import FlightFeed
-from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets import transcript_text
+from batch_assets.columns import table_schema
+from batch_assets.gpu.commits import FlightCommits
+from batch_assets.gpu.resources import GpuResource, quarantine
+from batch_assets.gpu.shards import plan_shards
 from batch_assets.gpu.tables import (
     REGIONS_SCHEMA,
     SPEAKERS_SCHEMA,
@@ -29,16 +38,14 @@ from batch_assets.gpu.tables import (
     TURNS_SCHEMA,
     VAD_UNITS_SCHEMA,
     WORDS_SCHEMA,
-    diarization_tables,
     keep_other_units,
     tables_to_keep,
     transcript_tables,
-    vad_tables,
 )
-from batch_assets.columns import table_schema
-from batch_assets.ingest.assets import class_counts, fetched_audio, preflight, prepared_flights
+from batch_assets.ingest.assets import class_counts, lease_wait_field, partition_lease, preflight
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
+from batch_assets.settings import env_int
 from batch_assets.storage import StorageResource
 from batch_assets.switches import SWITCH_DEFAULTS
 
@@ -59,7 +66,11 @@ GPU_K8S_CONFIG = {
 }
 
 
-class GpuSectionConfig(dg.Config):
+SHARD_AUDIO_SECONDS = env_int("BATCH_ASSETS_SHARD_AUDIO_SECONDS", 14400, minimum=60, maximum=10**7)
+GPU_IO = "gpu_io"  # the IO manager for the small values passed between the graph's steps
+
+
+class LeverConfig(dg.Config):
     """The speed levers, each a kill switch (defaults from BATCH_PIPELINE_*_ENABLED, read at load)."""
 
     prepare_flight_enabled: bool = Field(
@@ -76,11 +87,42 @@ class GpuSectionConfig(dg.Config):
     )
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
+
+
+class PlanConfig(dg.Config):
     units: list[str] = Field(
         default=[],
         description="Rerun only these units of the partition (unit_id or relative key); the other units keep their rows. "
         "Empty: the whole partition, replaced.",
     )
+    shard_audio_seconds: float = Field(
+        default=SHARD_AUDIO_SECONDS, gt=0,
+        description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (14400)",
+    )
+    lease_wait_seconds: float = lease_wait_field()
+
+
+class GpuSectionConfig(LeverConfig, PlanConfig):
+    """The GPU work's run config, as the launchpad shows it under `ops.gpu_section.config`:
+
+    ```yaml
+    ops:
+      gpu_section:
+        config:
+          prepare_flight_enabled: true
+          vad_segmentation_reuse_enabled: true
+          asr_cuda_graphs_enabled: true
+          shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
+          units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
+    ```
+    """
+
+
+@dg.config_mapping
+def gpu_section_config(config: GpuSectionConfig) -> dict:
+    values = config.model_dump()
+    pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
+    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(LeverConfig)}}
 
 
 def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
@@ -94,46 +136,6 @@ def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
     if len(units) > rows:
         lines.append(f"\n{len(units) - rows} more units: see `units_table`")
     return "\n".join(lines)
-
-
-@dg.multi_asset(
-    name="gpu_section",
-    specs=[
-        dg.AssetSpec("vad_scores", deps=[prepared_flights], group_name=GROUP, kinds={"pytorch", "parquet"},
-                     description="Raw pyannote segmentation scores per unit and the speech regions derived from them."),
-        dg.AssetSpec("diarization", deps=[prepared_flights], group_name=GROUP, kinds={"pytorch", "parquet"},
-                     description="Speaker turns (with and without overlap) and one embedding per speaker, per unit."),
-        dg.AssetSpec("transcripts", deps=[prepared_flights, fetched_audio], group_name=GROUP, kinds={"pytorch", "parquet"},
-                     description="Every unit with its final result class and text; every word with times and speaker."),
-    ],
-    partitions_def=daily_partitions,
-    backfill_policy=backfill_policy,
-    # Subsettable in Dagster's eyes, so that the UI's backfill validation of a non-subsettable multi-asset
-    # (which in Dagster 1.13.27 compares the three keys' partition subsets by internal representation, and
-    # refuses valid backfills depending on the process's hash seed) does not apply. The three outputs are
-    # still computed together: a selection of only some of them fails at once, saying so.
-    can_subset=True,
-    pool=GPU_POOL,
-    op_tags={"dagster-k8s/config": GPU_K8S_CONFIG},
-    retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
-)
-def gpu_section(
-    context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource
-):
-    selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
-    if selected != sorted(GPU_ASSETS):
-        raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
-                         f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
-    partitions = context.partition_keys
-    preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
-    if config.units and len(partitions) > 1:
-        raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
-                         allow_retries=False)
-    for partition in partitions:
-        for asset, metadata in run_partition(context, config, storage, gpu, partition, len(partitions)).items():
-            context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
-    for asset in GPU_ASSETS:
-        yield dg.MaterializeResult(asset_key=asset)
 
 
 def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str] | None:
@@ -150,120 +152,241 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
     return {u if u in ids else by_key[u] for u in requested}
 
 
-def run_partition(
-    context: dg.AssetExecutionContext, config: GpuSectionConfig, storage: StorageResource, gpu: GpuResource,
-    partition: str, partitions_in_run: int,
-) -> dict[str, dict]:
-    """One partition through VAD -> diarization -> ASR in one locked section; returns each asset's metadata."""
+@dg.op(ins={"prepared_flights": dg.In(dg.Nothing), "fetched_audio": dg.In(dg.Nothing)},
+       out=dg.DynamicOut(dict, io_manager_key=GPU_IO), description="Group each partition's flights into GPU shards")
+def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, storage: StorageResource):
+    selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
+    if selected != sorted(GPU_ASSETS):
+        raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
+                         f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
+    partitions = context.partition_keys
+    preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
+    if config.units and len(partitions) > 1:
+        raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
+                         allow_retries=False)
+    for partition in partitions:
+        with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+            manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+            plan = storage.read_parquet("prepared_flights", partition, "plan")
+            flights = storage.read_parquet("prepared_flights", partition, "flights")
+            chosen = selected_units(config.units, manifest)
+            if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing
+                try:
+                    tables_to_keep(storage, partition, manifest)
+                except ValueError as error:
+                    raise dg.Failure(str(error), allow_retries=False) from error
+                wanted = plan.filter(pl.col("unit_id").is_in(list(chosen)) & (pl.col("result_class") == "ok"))
+                flights = flights.filter(pl.col("flight_id").is_in(wanted["flight_id"].unique().to_list()))
+            shards = plan_shards(list(zip(flights["flight_id"], flights["audio_s"], strict=True)), config.shard_audio_seconds)
+            seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
+            context.log.info(f"{partition}: {len(flights)} flights in {len(shards)} shard(s) of at most "
+                             f"{config.shard_audio_seconds:.0f} audio seconds")
+            for index, flight_ids in enumerate(shards):
+                yield dg.DynamicOutput(
+                    {"partition": partition, "shard": index, "shards": len(shards), "flights": flight_ids,
+                     "audio_s": round(sum(seconds[f] for f in flight_ids), 3),
+                     "units": sorted(chosen) if chosen is not None else None},
+                    mapping_key=f"{partition.replace('-', '')}_s{index:03d}",
+                )
+
+
+@dg.op(
+    out=dg.Out(dict, io_manager_key=GPU_IO),
+    pool=GPU_POOL,
+    tags={"dagster-k8s/config": GPU_K8S_CONFIG},
+    retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
+    description="One shard of a partition through VAD -> diarization -> ASR in the locked section, a commit per flight",
+)
+def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: StorageResource, gpu: GpuResource,
+              shard: dict) -> dict:
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
-    import torch
+    from batch_assets.gpu.asr import DecoderModeError
+    from batch_assets.gpu.runner import FlightWork, Levers, run_section
 
-    from batch_assets.gpu.section import SectionStats, process_flight
+    partition = shard["partition"]
+    commits = FlightCommits(storage, partition, context.run.root_run_id or context.run.run_id)
+    report = {"partition": partition, "shard": shard["shard"], "flights": shard["flights"], "units": shard["units"],
+              "audio_s": shard["audio_s"], "resumed_flights": [f for f in shard["flights"] if commits.committed(f)],
+              "switches": {name: getattr(config, name) for name in SWITCH_DEFAULTS}}
+    pending = [f for f in shard["flights"] if f not in report["resumed_flights"]]
+    if report["resumed_flights"]:
+        context.log.warning(f"{partition} shard {shard['shard']}: resuming run {context.run.root_run_id or context.run.run_id}: "
+                            f"{len(report['resumed_flights'])} flight(s) already committed, {len(pending)} to process")
+    if not pending:
+        return report | {"processed_flights": [], "section": None, "model_load_seconds": None}
+    with partition_lease(context, storage, partition).held(log=context.log.warning, release=False):
+        plan = storage.read_parquet("prepared_flights", partition, "plan")
+        flights = storage.read_parquet("prepared_flights", partition, "flights").filter(pl.col("flight_id").is_in(pending))
+        ok = plan.filter(pl.col("result_class") == "ok")
+        if shard["units"] is not None:
+            ok = ok.filter(pl.col("unit_id").is_in(shard["units"]))
+        units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
+        for row in ok.iter_rows(named=True):
+            units_by_flight[row["flight_id"]].append(row)
+        uris = dict(zip(flights["flight_id"], flights["audio_uri"], strict=True))
+        counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
+        seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
+        models = gpu.load(context.log)
+        levers = Levers(config.prepare_flight_enabled, config.vad_segmentation_reuse_enabled, config.asr_cuda_graphs_enabled,
+                        config.decode_budget_seconds, config.prepare_workers, gpu.asr_batch_size)
+        try:
+            section = run_section(
+                models, [FlightWork(f, seconds[f], units_by_flight.get(f, [])) for f in pending], levers,
+                load=lambda flight_id: storage.read_flight(uris[flight_id], counts[flight_id]),
+                commit=commits.commit, section=gpu.section(),
+            )
+        except DecoderModeError as error:
+            quarantine(str(error))
+            context.log.error(f"QUARANTINED: {error}")
+            # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+            raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
+                             allow_retries=False) from error
+    stats = section.stats
+    return report | {
+        "processed_flights": pending,
+        "model_load_seconds": round(models.load_seconds, 2),
+        "device": str(models.device),
+        "section": {
+            "section_seconds": round(section.section_s, 3), "lock_wait_seconds": round(section.lock_wait_s, 3),
+            "entered_unix": section.entered_unix, "exited_unix": section.exited_unix,
+            "audio_seconds": round(section.audio_s, 3), "units": section.units,
+            "vad_seconds": round(stats.seconds["vad"], 3), "diarization_seconds": round(stats.seconds["diarization"], 3),
+            "asr_seconds": round(stats.seconds["asr"], 3), "asr_batch_retries": stats.asr_batch_retries,
+            "flight_load_wait_seconds": round(section.load_wait_s, 3), "max_prepared_ahead_seconds": round(section.max_ahead_s, 1),
+            "segmentation_forwards": section.segmentation_forwards,
+            "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
+            "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
+            "cuda_peak_bytes": section.cuda_peak_bytes,
+        },
+    }
 
+
+@dg.op(
+    ins={"reports": dg.In(list)},
+    out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSETS},
+    description="Assemble each partition's three tables from its shards' flight commits and replace them atomically",
+)
+def assemble_gpu_tables(context: dg.AssetExecutionContext, storage: StorageResource, gpu: GpuResource, reports: list):
+    partitions = list(context.partition_keys)
+    for partition in partitions:
+        mine = sorted((r for r in reports if r["partition"] == partition), key=lambda r: r["shard"])
+        with partition_lease(context, storage, partition).held(log=context.log.warning):
+            for asset, metadata in assemble_partition(context, storage, gpu, partition, mine, len(partitions)).items():
+                context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
+    for asset in GPU_ASSETS:
+        yield dg.Output(None, asset)
+
+
+@dg.graph_multi_asset(
+    name="gpu_section",
+    outs={
+        "vad_scores": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+                                  description="Raw pyannote segmentation scores per unit and the speech regions derived from them."),
+        "diarization": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+                                   description="Speaker turns (with and without overlap) and one embedding per speaker, per unit."),
+        "transcripts": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+                                   description="Every unit with its final result class and text; every word with times and speaker."),
+    },
+    ins={"prepared_flights": dg.AssetIn(dagster_type=dg.Nothing), "fetched_audio": dg.AssetIn(dagster_type=dg.Nothing)},
+    partitions_def=daily_partitions,
+    backfill_policy=backfill_policy,
+    # Subsettable in Dagster's eyes, so that the UI's backfill validation of a non-subsettable multi-asset
+    # (which in Dagster 1.13.27 compares the three keys' partition subsets by internal representation, and
+    # refuses valid backfills depending on the process's hash seed) does not apply. The three outputs are
+    # still computed together: a selection of only some of them fails at once, saying so.
+    can_subset=True,
+    config=gpu_section_config,
+)
+def gpu_section(prepared_flights, fetched_audio):
+    reports = plan_gpu_shards(prepared_flights=prepared_flights, fetched_audio=fetched_audio).map(gpu_shard).collect()
+    vad_scores, diarization, transcripts = assemble_gpu_tables(reports)
+    return {"vad_scores": vad_scores, "diarization": diarization, "transcripts": transcripts}
+
+
+def assemble_partition(context: dg.AssetExecutionContext, storage: StorageResource, gpu: GpuResource, partition: str,
+                       reports: list[dict], partitions_in_run: int) -> dict[str, dict]:
+    """Build and write one partition's tables from its shards' commits; returns each asset's metadata."""
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
-    flights = storage.read_parquet("prepared_flights", partition, "flights")
-    chosen = selected_units(config.units, manifest)
-    previous = None
-    if chosen is not None:  # checked before the section runs: a rerun that cannot keep the other rows does nothing
-        try:
-            previous = tables_to_keep(storage, partition, manifest)
-        except ValueError as error:
-            raise dg.Failure(str(error), allow_retries=False) from error
-    ok_units = plan.filter(pl.col("result_class") == "ok")
-    if chosen is not None:
-        ok_units = ok_units.filter(pl.col("unit_id").is_in(list(chosen)))
-        flights = flights.filter(pl.col("flight_id").is_in(ok_units["flight_id"].unique().to_list()))
-    audio_uris = dict(zip(flights["flight_id"], flights["audio_uri"], strict=True))
-    unit_counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
-    units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
-    for row in ok_units.iter_rows(named=True):
-        units_by_flight[row["flight_id"]].append(row)
+    chosen = set(reports[0]["units"]) if reports and reports[0]["units"] is not None else None
+    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
+    commits = FlightCommits(storage, partition, context.run.root_run_id or context.run.run_id)
+    flight_ids = [f for r in reports for f in r["flights"]]
+    fragments = commits.tables(flight_ids)
+    whole = chosen is None
+    unit_order = manifest["unit_id"].to_list()
+    units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
+                                     plan, fragments["outcomes"], fragments["words"])
+    tables = {("vad_scores", "units"): fragments["vad_units"], ("vad_scores", "regions"): fragments["regions"],
+              ("diarization", "turns"): fragments["turns"], ("diarization", "speakers"): fragments["speakers"],
+              ("transcripts", "units"): units, ("transcripts", "words"): words}
+    if not whole:
+        tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
+    uris = {}
+    for asset in GPU_ASSETS:
+        with storage.replace_partition(asset, partition, remove_stale=whole) as out:
+            if asset == "vad_scores":
+                out.keep(commits.scores_paths(flight_ids))  # written by the shards, referenced by these tables
+            uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
+    commits.discard()
+    return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run)
 
-    stats = SectionStats()
-    outcomes: list = []
-    section_s = waited = 0.0
-    entered_unix = exited_unix = cuda_peak = None
-    forwards = load_wait_s = max_ahead_s = 0
-    models = None
-    if len(flights) == 0:  # an empty day (or nothing decodable): no model load, no section
-        context.log.warning(f"{partition}: no units to process; the models are not loaded")
-    else:
-        models = gpu.load(context.log)
-        forwards_before = models.segmentation_forwards[0]
-        feed = FlightFeed(
-            [(row["flight_id"], row["audio_s"]) for row in flights.iter_rows(named=True)],
-            load=lambda flight_id: storage.read_flight(audio_uris[flight_id], unit_counts[flight_id]),
-            prepare_ahead=config.prepare_flight_enabled,
-            budget_s=config.decode_budget_seconds,
-            workers=config.prepare_workers,
-        )
-        with gpu.section() as waited:
-            entered, entered_unix = time.perf_counter(), time.time()
-            if models.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(models.device)
-            try:
-                models.decoder_settings = apply_decoder_mode(models.asr, config.asr_cuda_graphs_enabled, models.decoder_settings)
-                for flight_id, audio in feed:
-                    outcomes.extend(
-                        process_flight(models, flight_id, audio, units_by_flight.get(flight_id, []),
-                                       config.vad_segmentation_reuse_enabled, config.asr_cuda_graphs_enabled,
-                                       gpu.asr_batch_size, stats)
-                    )
-                    del audio
-            except DecoderModeError as error:
-                quarantine(str(error))
-                context.log.error(f"QUARANTINED: {error}")
-                # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
-                raise dg.Failure(
-                    description=f"worker quarantined: {error}", metadata={"quarantine": str(error)}, allow_retries=False
-                ) from error
-            section_s, exited_unix = time.perf_counter() - entered, time.time()
-            cuda_peak = torch.cuda.max_memory_allocated(models.device) if models.device.type == "cuda" else None
-        forwards = models.segmentation_forwards[0] - forwards_before
-        load_wait_s, max_ahead_s = feed.load_wait_s, feed.max_ahead_s
 
-    tables = write_tables(storage, partition, manifest, plan, outcomes, chosen, previous)
+def _sum(reports: list[dict], key: str) -> float:
+    return sum(r["section"][key] for r in reports if r["section"])
+
+
+def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuResource, chosen: set | None,
+                       partitions_in_run: int) -> dict[str, dict]:
     vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
+    speakers, words = tables["diarization", "speakers"], tables["transcripts", "words"]
+    ran = [r for r in reports if r["section"]]
     audio_s = float(vad_units["duration_s"].sum() or 0.0)
-    run_audio_s = sum(o.duration_s for o in outcomes if o.vad is not None)
-    section = {  # the step's report, once (on transcripts, the asset analysts open)
+    section_s = _sum(reports, "section_seconds")
+    counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in ran:
+        for key in ("segmentation_forwards_by_stage", "segmentation_reuse"):
+            counters[key].update(r["section"][key])
+    entered = [r["section"]["entered_unix"] for r in ran]
+    exited = [r["section"]["exited_unix"] for r in ran]
+    loads = [r["model_load_seconds"] for r in ran]
+    section = {  # the GPU work's report, once (on transcripts, the asset analysts open)
+        "shards": len(reports),
+        "shard_report": dg.MetadataValue.md(shard_markdown(reports)),
+        "resumed_flights": sum(len(r["resumed_flights"]) for r in reports),
         "section_seconds": round(section_s, 3),
-        "lock_wait_seconds": round(waited, 3),
-        "section_entered": dg.MetadataValue.timestamp(entered_unix) if entered_unix else "not entered (no units)",
-        "section_exited": dg.MetadataValue.timestamp(exited_unix) if exited_unix else "not entered (no units)",
-        "vad_seconds": round(stats.seconds["vad"], 3),
-        "diarization_seconds": round(stats.seconds["diarization"], 3),
-        "asr_seconds": round(stats.seconds["asr"], 3),
-        "asr_batch_retries": stats.asr_batch_retries,
-        "flight_load_wait_seconds": round(load_wait_s, 3),
-        "max_prepared_ahead_seconds": round(max_ahead_s, 1),
-        "segmentation_forwards": forwards,
-        "segmentation_forwards_by_stage": {k: stats.segmentation_forwards[k] for k in ("vad", "vad_of_diarized_units", "diarization")},
-        "segmentation_reuse": dict(stats.segmentation_reuse),
-        "decoder_modes": sorted(stats.decoder_modes),
-        "switches": {
-            "prepare_flight_enabled": config.prepare_flight_enabled,
-            "vad_segmentation_reuse_enabled": config.vad_segmentation_reuse_enabled,
-            "asr_cuda_graphs_enabled": config.asr_cuda_graphs_enabled,
-        },
-        "device": str(models.device) if models else "not used",
+        "lock_wait_seconds": round(_sum(reports, "lock_wait_seconds"), 3),
+        "section_entered": dg.MetadataValue.timestamp(min(entered)) if entered else "not entered (nothing to process)",
+        "section_exited": dg.MetadataValue.timestamp(max(exited)) if exited else "not entered (nothing to process)",
+        "vad_seconds": round(_sum(reports, "vad_seconds"), 3),
+        "diarization_seconds": round(_sum(reports, "diarization_seconds"), 3),
+        "asr_seconds": round(_sum(reports, "asr_seconds"), 3),
+        "asr_batch_retries": int(_sum(reports, "asr_batch_retries")),
+        "flight_load_wait_seconds": round(_sum(reports, "flight_load_wait_seconds"), 3),
+        "max_prepared_ahead_seconds": max((r["section"]["max_prepared_ahead_seconds"] for r in ran), default=0.0),
+        "segmentation_forwards": int(_sum(reports, "segmentation_forwards")),
+        "segmentation_forwards_by_stage": {k: counters["segmentation_forwards_by_stage"][k]
+                                           for k in ("vad", "vad_of_diarized_units", "diarization")},
+        "segmentation_reuse": dict(counters["segmentation_reuse"]),
+        "decoder_modes": sorted({m for r in ran for m in r["section"]["decoder_modes"]}),
+        "switches": reports[0]["switches"] if reports else {},
+        "device": ran[0]["device"] if ran else "not used",
         "models": {"asr": gpu.asr_model, "diarization": gpu.diarization_pipeline},
-        "model_load_seconds": round(models.load_seconds, 2) if models else "not loaded (no units to process)",
+        "model_load_seconds": max(loads) if loads else "not loaded (nothing to process)",
         "partitions_in_run": partitions_in_run,
         "rerun_units": sorted(chosen) if chosen is not None else "all",
         "audio_hours": round(audio_s / 3600, 4),
-        "audio_seconds_per_section_second": round(run_audio_s / section_s, 2) if section_s else None,
+        "audio_seconds_per_section_second": round(_sum(reports, "audio_seconds") / section_s, 2) if section_s else None,
     }
-    if cuda_peak is not None:
-        section["cuda_peak_memory_gib"] = round(cuda_peak / 2**30, 3)
-    uris, speakers = tables["uris"], tables["diarization", "speakers"]
+    peaks = [r["section"]["cuda_peak_bytes"] for r in ran if r["section"]["cuda_peak_bytes"]]
+    if peaks:
+        section["cuda_peak_memory_gib"] = round(max(peaks) / 2**30, 3)
     return {
         "vad_scores": {
             "units": len(vad_units),
             "speech_ratio": round(float(vad_units["speech_s"].sum() or 0.0) / audio_s, 4) if audio_s else None,
-            "vad_seconds": round(stats.seconds["vad"], 3),
-            "segmentation_forwards": stats.segmentation_forwards["vad"],
+            "vad_seconds": section["vad_seconds"],
+            "segmentation_forwards": counters["segmentation_forwards_by_stage"]["vad"],
             "units_table": dg.MetadataValue.path(uris["vad_scores", "units"]),
             "regions_table": dg.MetadataValue.path(uris["vad_scores", "regions"]),
             "regions_schema": table_schema(REGIONS_SCHEMA),
@@ -274,9 +397,9 @@ def run_partition(
             "turns": len(turns),
             "speakers": len(speakers),
             "speakers_per_unit": {r["unit_id"]: r["len"] for r in speakers.group_by("unit_id", maintain_order=True).len().iter_rows(named=True)},
-            "diarization_seconds": round(stats.seconds["diarization"], 3),
-            "segmentation_reuse": dict(stats.segmentation_reuse),
-            "segmentation_forwards": stats.segmentation_forwards["diarization"],
+            "diarization_seconds": section["diarization_seconds"],
+            "segmentation_reuse": section["segmentation_reuse"],
+            "segmentation_forwards": counters["segmentation_forwards_by_stage"]["diarization"],
             "turns_table": dg.MetadataValue.path(uris["diarization", "turns"]),
             "speakers_table": dg.MetadataValue.path(uris["diarization", "speakers"]),
             "speakers_schema": table_schema(SPEAKERS_SCHEMA),
@@ -287,8 +410,8 @@ def run_partition(
             "units": len(units),
             "units_by_class": class_counts(units),
             "unit_classes": dg.MetadataValue.md(unit_classes_markdown(units)),
-            "words": len(tables["transcripts", "words"]),
-            "transcript": dg.MetadataValue.md(transcript_text.markdown(units, tables["transcripts", "words"]) or "(no units)"),
+            "words": len(words),
+            "transcript": dg.MetadataValue.md(transcript_text.markdown(units, words) or "(no units)"),
             "units_table": dg.MetadataValue.path(uris["transcripts", "units"]),
             "words_table": dg.MetadataValue.path(uris["transcripts", "words"]),
             "words_schema": table_schema(WORDS_SCHEMA),
@@ -298,27 +421,10 @@ def run_partition(
     }
 
 
-def write_tables(storage: StorageResource, partition: str, manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list,
-                 chosen: set[str] | None, previous: dict | None) -> dict[tuple[str, str], pl.DataFrame]:
-    """Write the three assets' tables, keyed (asset, table): the whole partition replaced, or only the chosen units' rows.
-
-    The score arrays are written while the vad_scores partition is open, so they count as this
-    materialization's files; everything else the previous one left is then removed (whole runs only).
-    """
-    whole = chosen is None
-    unit_order = manifest["unit_id"].to_list()
-    with storage.replace_partition("vad_scores", partition, remove_stale=whole) as vad_out:
-        vad_units, regions = vad_tables(outcomes, lambda uid, a: vad_out.write_array(a, f"scores/{vad_out.version}/{uid}"))
-        turns, speakers = diarization_tables(outcomes)
-        units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
-                                         plan, outcomes)
-        tables = {("vad_scores", "units"): vad_units, ("vad_scores", "regions"): regions,
-                  ("diarization", "turns"): turns, ("diarization", "speakers"): speakers,
-                  ("transcripts", "units"): units, ("transcripts", "words"): words}
-        if not whole:
-            tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
-        uris = {("vad_scores", name): vad_out.write_parquet(tables["vad_scores", name], name) for name in ("units", "regions")}
-    for asset in ("diarization", "transcripts"):
-        with storage.replace_partition(asset, partition, remove_stale=whole) as out:
-            uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
-    return {"uris": uris} | tables
+def shard_markdown(reports: list[dict]) -> str:
+    lines = ["| shard | flights | resumed | audio s | section s | model load s |", "|---|---|---|---|---|---|"]
+    for r in reports:
+        sec = r["section"] or {}
+        lines.append(f"| {r['shard']} | {len(r['flights'])} | {len(r['resumed_flights'])} | {r['audio_s']:.1f} | "
+                     f"{sec.get('section_seconds', 0.0):.1f} | {r['model_load_seconds'] if r['model_load_seconds'] is not None else '-'} |")
+    return "\n".join(lines)

@@ -67,11 +67,36 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
     return pl.DataFrame(turns, schema=TURNS_SCHEMA), pl.DataFrame(speakers, schema=SPEAKERS_SCHEMA)
 
 
-def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every manifest unit appears exactly once, with its final class: ingest's, prepare's, or the section's."""
-    by_unit = {o.unit_id: o for o in outcomes}
+OUTCOMES_SCHEMA = {  # the section's per-unit result, as a flight commit stores it (tables assemble from it)
+    "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String, "reason": pl.String,
+    "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+}
+
+
+def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-unit outcomes, words) of the section's units: what a flight commit keeps for `transcripts`."""
+    rows, words = [], []
+    for o in outcomes:
+        transcribed = o.result_class is ResultClass.TRANSCRIBED
+        unit_words = [w for w, _ in o.words] if transcribed else []
+        rows.append({
+            "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s, "result_class": str(o.result_class),
+            "reason": o.reason, "speech_s": o.vad.speech_s if o.vad else None,
+            "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
+            "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
+        })
+        if transcribed:
+            words.extend({"unit_id": o.unit_id, "word_index": i, "start_s": w.start_s, "end_s": w.end_s, "word": w.word,
+                          "speaker": spk} for i, (w, spk) in enumerate(o.words))
+    return pl.DataFrame(rows, schema=OUTCOMES_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
+
+
+def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame
+                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every manifest unit exactly once, with its final class: ingest's, prepare's, or the section's (`outcomes`)."""
+    by_unit = {row["unit_id"]: row for row in outcomes.iter_rows(named=True)}
     planned = {row["unit_id"]: row for row in plan.iter_rows(named=True)}
-    units, words = [], []
+    units = []
     for row in manifest.iter_rows(named=True):
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
@@ -88,22 +113,15 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: list
         if o is None:
             units.append(base | {"result_class": str(ResultClass.FAILED), "reason": "not processed by the GPU section"})
             continue
-        unit_words = [w for w, _ in o.words] if o.result_class is ResultClass.TRANSCRIBED else []
-        result_class, reason = str(o.result_class), o.reason
-        if plan_row["reason"] and o.result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
-            result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], o.reason) if r)
-        units.append(base | {
-            "duration_s": o.duration_s, "result_class": result_class, "reason": reason,
-            "speech_s": o.vad.speech_s if o.vad else None,
-            "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
-            "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
-        })
-        if o.result_class is ResultClass.TRANSCRIBED:
-            words.extend(
-                {"unit_id": uid, "word_index": i, "start_s": w.start_s, "end_s": w.end_s, "word": w.word, "speaker": spk}
-                for i, (w, spk) in enumerate(o.words)
-            )
-    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
+        result_class, reason = o["result_class"], o["reason"]
+        if plan_row["reason"] and result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
+            result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], reason) if r)
+        units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
+                     | {"result_class": result_class, "reason": reason})
+    rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
+    kept = (words.filter(pl.col("unit_id").is_in(list(rank))).with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
+            .sort("_rank", "word_index", maintain_order=True).drop("_rank"))
+    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), kept
 
 
 TABLE_SCHEMAS = {

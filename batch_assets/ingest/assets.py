@@ -17,6 +17,7 @@ from batch_assets.dead_runs import free_dead_runs
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
+from batch_assets.lease import PartitionLease
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_fraction
@@ -25,6 +26,22 @@ from batch_assets.storage import StorageConfigError, StorageResource
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
 SHRINK_GUARD_FRACTION = env_fraction("BATCH_ASSETS_SHRINK_GUARD_FRACTION", 0.5)
+
+
+def lease_wait_field():
+    return Field(default=900.0, ge=0, description="How long to wait for another live run writing the partition before "
+                 "failing with its name (0: fail at once)")
+
+
+def partition_lease(context, storage: StorageResource, partition: str) -> PartitionLease:
+    """This run's lease on a partition: held by the run id, free once the holder run is known to be finished."""
+    instance = context.instance
+
+    def holder_alive(run_id: str) -> bool | None:
+        run = instance.get_run_by_id(run_id)
+        return None if run is None else not run.is_finished
+
+    return PartitionLease(storage, partition, holder=context.run.run_id, holder_alive=holder_alive)
 
 
 def preflight(context: dg.AssetExecutionContext, storage: StorageResource, source: bool = False) -> None:
@@ -44,6 +61,7 @@ class FetchConfig(dg.Config):
     fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
     retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
     retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
+    lease_wait_seconds: float = lease_wait_field()
     allow_shrink: bool = Field(
         default=False,
         description="Replace the partition's results even if the source now lists far fewer units than they have "
@@ -66,6 +84,7 @@ class PrepareConfig(dg.Config):
     decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
     retry_attempts: int = Field(default=4)
     retry_base_delay_seconds: float = Field(default=0.5)
+    lease_wait_seconds: float = lease_wait_field()
 
 
 def class_counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -101,6 +120,11 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
 
 
 def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
+    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+        return _fetch_partition(context, config, storage, partition)
+
+
+def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
     manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
@@ -169,6 +193,11 @@ def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
 
 
 def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
+    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+        return _prepare_partition(context, config, storage, partition)
+
+
+def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     with storage.replace_partition("prepared_flights", partition) as outputs:
         plan, flights = prepare_flights(

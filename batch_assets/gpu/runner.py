@@ -1,0 +1,110 @@
+"""The GPU section as a plain, typed runner: flights in, one commit per flight, a report out. No Dagster.
+
+`run_section(models, flights, levers, load, commit, section)` is what the GPU asset steps, the lever bench,
+the rerun path and the tests all call. It applies the decoder mode, feeds the flights' audio (prepared
+ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.process_flight`), hands each
+flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights being
+prepared and the one being processed, whatever the size of the partition. A decoder-mode mismatch
+propagates (`DecoderModeError`): the caller quarantines its worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import ContextManager
+
+import numpy as np
+
+from batch_assets.gpu.asr import apply_decoder_mode
+from batch_assets.gpu.flight_feed import FlightFeed
+from batch_assets.gpu.section import SectionStats, UnitOutcome, process_flight
+
+
+@dataclasses.dataclass(frozen=True)
+class Levers:
+    """The section's switches and settings for one run (run config, defaults from the environment)."""
+
+    prepare_flight_enabled: bool = True
+    vad_segmentation_reuse_enabled: bool = True
+    asr_cuda_graphs_enabled: bool = True
+    decode_budget_seconds: float = 1800.0
+    prepare_workers: int = 1
+    asr_batch_size: int = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class FlightWork:
+    """One flight to process: its id, its audio seconds, and the plan rows of its units to process."""
+
+    flight_id: str
+    audio_s: float
+    units: list[dict]
+
+
+@dataclasses.dataclass
+class SectionReport:
+    flights: int = 0
+    units: int = 0
+    audio_s: float = 0.0
+    section_s: float = 0.0
+    lock_wait_s: float = 0.0
+    entered_unix: float | None = None
+    exited_unix: float | None = None
+    load_wait_s: float = 0.0
+    max_ahead_s: float = 0.0
+    segmentation_forwards: int = 0
+    cuda_peak_bytes: int | None = None
+    stats: SectionStats = dataclasses.field(default_factory=SectionStats)
+
+    @property
+    def audio_s_per_section_s(self) -> float | None:
+        return round(self.audio_s / self.section_s, 2) if self.section_s else None
+
+
+@contextlib.contextmanager
+def no_lock() -> Iterator[float]:
+    yield 0.0
+
+
+def run_section(
+    models,
+    flights: list[FlightWork],
+    levers: Levers,
+    load: Callable[[str], np.ndarray],
+    commit: Callable[[str, list[UnitOutcome]], object],
+    section: ContextManager[float] | None = None,
+) -> SectionReport:
+    """Process `flights` in order inside `section` (a device lock yielding its wait); `commit` each flight's outcomes."""
+    import torch
+
+    report = SectionReport()
+    if not flights:
+        return report
+    feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load, prepare_ahead=levers.prepare_flight_enabled,
+                      budget_s=levers.decode_budget_seconds, workers=levers.prepare_workers)
+    work = {f.flight_id: f for f in flights}
+    forwards_before = models.segmentation_forwards[0]
+    with section or no_lock() as waited:
+        report.lock_wait_s = waited
+        entered, report.entered_unix = time.perf_counter(), time.time()
+        if models.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(models.device)
+        models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings)
+        for flight_id, audio in feed:
+            outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers.vad_segmentation_reuse_enabled,
+                                      levers.asr_cuda_graphs_enabled, levers.asr_batch_size, report.stats)
+            del audio
+            commit(flight_id, outcomes)
+            report.flights += 1
+            report.units += len(outcomes)
+            report.audio_s += sum(o.duration_s for o in outcomes if o.vad is not None)
+            del outcomes
+        report.section_s, report.exited_unix = time.perf_counter() - entered, time.time()
+        if models.device.type == "cuda":
+            report.cuda_peak_bytes = torch.cuda.max_memory_allocated(models.device)
+    report.load_wait_s, report.max_ahead_s = feed.load_wait_s, feed.max_ahead_s
+    report.segmentation_forwards = models.segmentation_forwards[0] - forwards_before
+    return report

@@ -1,0 +1,169 @@
+"""One writer per partition: a lease in storage, with an expiry, renewed while its holder works.
+
+Why: two runs writing one partition at once (the 06:00 schedule and an overlapping backfill) delete each
+other's files: one run's ingest removed the other's flight arrays under its GPU step. Every asset step
+of this project takes the partition's lease before it writes or deletes anything of that partition.
+
+How (any fsspec storage, S3 included): the lease of a partition is a sequence of generation records,
+`{storage}/.leases/{partition}/gen-000001.json`, `gen-000002.json`, …; the newest is the lease. A record
+names its holder (a run id), when it expires and whether it was released. A new generation is created
+with an exclusive create (`O_EXCL` locally, `If-None-Match: *` on S3), so when several writers try to
+take a free lease, exactly one wins. The holder rewrites only its own record (renewing its expiry every
+`ttl/3` from a background thread while it works); a holder of the same run id takes its lease again at
+once (the steps of one run, retries). A lease is free when released, when its holder run is known to be
+finished (`holder_alive` returns False: the run failed, was canceled or succeeded, e.g. after the
+dead-run check failed a killed run), or, where liveness is unknown, when it expired; a live run keeps it
+while it waits between steps. Otherwise a writer waits, logging who holds it, up to `wait_s`, then
+fails naming the holder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+LEASE_FOLDER = ".leases"
+
+
+class LeaseHeld(Exception):
+    """Another live writer holds the partition."""
+
+    def __init__(self, partition: str, holder: str, waited_s: float):
+        self.partition, self.holder = partition, holder
+        super().__init__(f"partition {partition} is being written by run {holder} (waited {waited_s:.0f} s): wait for that "
+                         "run to finish, or cancel it, then rerun; two runs must not write one partition at once")
+
+
+def _exclusive_create(fs, path: str, data: bytes) -> bool:
+    """Create `path` holding `data` only if it does not exist; False if it does."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("s3", "s3a"):
+        bucket, key = path.split("/", 1)
+        try:
+            fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except Exception as error:  # 412 PreconditionFailed, or 409 from an in-flight conditional write
+            if "PreconditionFailed" in repr(error) or "412" in repr(error) or "ConditionalRequestConflict" in repr(error):
+                return False
+            raise
+        fs.invalidate_cache(posixpath.dirname(path))
+        return True
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    try:
+        with open(path, "xb") as handle:
+            handle.write(data)
+    except FileExistsError:
+        return False
+    return True
+
+
+class PartitionLease:
+    def __init__(self, storage, partition: str, holder: str, ttl_s: float = 300.0,
+                 holder_alive: Callable[[str], bool | None] = lambda _: None):
+        self.storage, self.partition, self.holder, self.ttl_s = storage, partition, holder, ttl_s
+        self.holder_alive = holder_alive  # True/False when known (the instance's run status), None when not
+        self.fs, self.root = storage.filesystem(posixpath.join(storage.storage_url.rstrip("/"), LEASE_FOLDER, partition))
+        self.generation: int | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _path(self, generation: int) -> str:
+        return posixpath.join(self.root, f"gen-{generation:06d}.json")
+
+    def _current(self) -> tuple[int, dict | None]:
+        self.fs.invalidate_cache(self.root)
+        try:
+            names = sorted(p for p in self.fs.ls(self.root, detail=False) if posixpath.basename(p).startswith("gen-"))
+        except FileNotFoundError:
+            return 0, None
+        if not names:
+            return 0, None
+        generation = int(posixpath.basename(names[-1])[4:10])
+        try:
+            with self.fs.open(names[-1], "rb") as handle:
+                return generation, json.loads(handle.read())
+        except (FileNotFoundError, ValueError):  # being written this instant: treat as held
+            return generation, {"holder": "?", "expires_unix": time.time() + self.ttl_s, "released": False}
+
+    def _record(self, released: bool = False) -> bytes:
+        return json.dumps({"holder": self.holder, "expires_unix": time.time() + self.ttl_s, "released": released,
+                           "partition": self.partition}).encode()
+
+    def _free(self, record: dict | None) -> bool:
+        """Free: none yet, released, its run known to be finished, or (liveness unknown) expired."""
+        if record is None or record["released"]:
+            return True
+        alive = self.holder_alive(record["holder"])
+        if alive is not None:
+            return not alive
+        return record["expires_unix"] < time.time()
+
+    def acquire(self, wait_s: float = 0.0, log: Callable[[str], object] = print, poll_s: float = 2.0) -> None:
+        started, last_log = time.monotonic(), -1e9
+        while True:
+            generation, record = self._current()
+            if record is not None and record["holder"] == self.holder and not record["released"]:
+                self.generation = generation  # ours already (another step of this run, a retry): renew it
+                self.renew()
+                return
+            if self._free(record) and _exclusive_create(self.fs, self._path(generation + 1), self._record()):
+                self.generation = generation + 1
+                if record is not None and not record["released"]:
+                    log(f"partition {self.partition}: took over the lease of run {record['holder']} (expired or finished)")
+                return
+            waited = time.monotonic() - started
+            holder = record["holder"] if record else "?"
+            if waited >= wait_s:
+                raise LeaseHeld(self.partition, holder, waited)
+            if time.monotonic() - last_log >= 30:
+                log(f"partition {self.partition}: waiting for run {holder}, which is writing it "
+                    f"(waited {waited:.0f} s of at most {wait_s:.0f} s)")
+                last_log = time.monotonic()
+            time.sleep(poll_s)
+
+    def renew(self) -> None:
+        if self.generation is not None:
+            self.storage.write_bytes(self._storage_url(self.generation), self._record())
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        if self.generation is not None:
+            generation, record = self._current()
+            if generation == self.generation and record and record["holder"] == self.holder:
+                self.storage.write_bytes(self._storage_url(self.generation), self._record(released=True))
+            self._prune(generation)
+            self.generation = None
+
+    def _prune(self, newest: int) -> None:
+        for old in range(max(1, newest - 20), newest - 1):  # keep the last two generations
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(self._path(old))
+
+    def _storage_url(self, generation: int) -> str:
+        return posixpath.join(self.storage.storage_url.rstrip("/"), LEASE_FOLDER, self.partition, f"gen-{generation:06d}.json")
+
+    def _renew_forever(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            with contextlib.suppress(Exception):  # a missed renewal is retried; the ttl covers two misses
+                self.renew()
+
+    @contextlib.contextmanager
+    def held(self, wait_s: float = 0.0, log: Callable[[str], object] = print, release: bool = True) -> Iterator[PartitionLease]:
+        """Hold the lease (renewed in the background) for the block; `release=False` leaves it to a later step of the run."""
+        self.acquire(wait_s, log)
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew_forever, daemon=True, name=f"lease-{self.partition}")
+        self._renewer.start()
+        try:
+            yield self
+        finally:
+            if release:
+                self.release()
+            else:
+                self._stop.set()
+                self._renewer.join()
