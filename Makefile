@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest bench-backfill
+.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest bench-backfill bench-shards
 setup:
 	@bash scripts/install.sh
 
@@ -49,3 +49,6 @@ bench-ingest: setup
 
 bench-backfill: setup
 	$(PY) benchmarks/backfill.py --json bench_out/backfill.json
+
+bench-shards: setup
+	$(PY) benchmarks/shards.py --json bench_out/shards.json

@@ -154,15 +154,18 @@ class PartitionLease:
 
     @contextlib.contextmanager
     def held(self, wait_s: float = 0.0, log: Callable[[str], object] = print, release: bool = True) -> Iterator[PartitionLease]:
-        """Hold the lease (renewed in the background) for the block; `release=False` leaves it to a later step of the run."""
+        """Hold the lease (renewed in the background) for the block. `release=False` keeps it for a later step of
+        the same run when the block succeeds; a block that raises always releases (its retry takes it again)."""
         self.acquire(wait_s, log)
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew_forever, daemon=True, name=f"lease-{self.partition}")
         self._renewer.start()
+        succeeded = False
         try:
             yield self
+            succeeded = True
         finally:
-            if release:
+            if release or not succeeded:
                 self.release()
             else:
                 self._stop.set()

@@ -20,6 +20,7 @@ own materializations; a GPU step loads the models once for all the shards it run
 """
 
 import collections
+import resource
 from collections.abc import Iterable
 
 import dagster as dg
@@ -213,7 +214,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
         context.log.warning(f"{partition} shard {shard['shard']}: resuming run {context.run.root_run_id or context.run.run_id}: "
                             f"{len(report['resumed_flights'])} flight(s) already committed, {len(pending)} to process")
     if not pending:
-        return report | {"processed_flights": [], "section": None, "model_load_seconds": None}
+        return report | {"processed_flights": [], "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
     with partition_lease(context, storage, partition).held(log=context.log.warning, release=False):
         plan = storage.read_parquet("prepared_flights", partition, "plan")
         flights = storage.read_parquet("prepared_flights", partition, "flights").filter(pl.col("flight_id").is_in(pending))
@@ -244,6 +245,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
     stats = section.stats
     return report | {
         "processed_flights": pending,
+        "step_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "model_load_seconds": round(models.load_seconds, 2),
         "device": str(models.device),
         "section": {
@@ -378,6 +380,9 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
         "audio_hours": round(audio_s / 3600, 4),
         "audio_seconds_per_section_second": round(_sum(reports, "audio_seconds") / section_s, 2) if section_s else None,
     }
+    rss = [r["step_peak_rss_mib"] for r in ran if r.get("step_peak_rss_mib")]
+    if rss:
+        section["gpu_step_peak_rss_mib"] = max(rss)
     peaks = [r["section"]["cuda_peak_bytes"] for r in ran if r["section"]["cuda_peak_bytes"]]
     if peaks:
         section["cuda_peak_memory_gib"] = round(max(peaks) / 2**30, 3)
@@ -422,9 +427,10 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
 
 
 def shard_markdown(reports: list[dict]) -> str:
-    lines = ["| shard | flights | resumed | audio s | section s | model load s |", "|---|---|---|---|---|---|"]
+    lines = ["| shard | flights | resumed | audio s | section s | model load s | step peak RSS MiB |", "|---|---|---|---|---|---|---|"]
     for r in reports:
         sec = r["section"] or {}
+        load = r["model_load_seconds"] if r["model_load_seconds"] is not None else "-"
         lines.append(f"| {r['shard']} | {len(r['flights'])} | {len(r['resumed_flights'])} | {r['audio_s']:.1f} | "
-                     f"{sec.get('section_seconds', 0.0):.1f} | {r['model_load_seconds'] if r['model_load_seconds'] is not None else '-'} |")
+                     f"{sec.get('section_seconds', 0.0):.1f} | {load} | {r.get('step_peak_rss_mib', '-')} |")
     return "\n".join(lines)

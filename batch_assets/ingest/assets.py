@@ -44,6 +44,15 @@ def partition_lease(context, storage: StorageResource, partition: str) -> Partit
     return PartitionLease(storage, partition, holder=context.run.run_id, holder_alive=holder_alive)
 
 
+GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
+
+
+def written_later_in_run(context: dg.AssetExecutionContext, assets: tuple[str, ...]) -> bool:
+    """Whether this run also materializes any of `assets` (later steps that keep the partition's lease)."""
+    selected = context.run.asset_selection or context.job_def.asset_layer.executable_asset_keys
+    return any(dg.AssetKey(asset) in selected for asset in assets)
+
+
 def preflight(context: dg.AssetExecutionContext, storage: StorageResource, source: bool = False) -> None:
     """Before any work: free the pool slots of runs whose process died, and fail at once (no retry) on
     storage that cannot work, a missing source root (with `source`) or an output root refusing writes."""
@@ -120,7 +129,8 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
 
 
 def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
-    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+    keep = written_later_in_run(context, ("prepared_flights", *GPU_ASSET_KEYS))
+    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=not keep):
         return _fetch_partition(context, config, storage, partition)
 
 
@@ -193,7 +203,8 @@ def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
 
 
 def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
-    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+    keep = written_later_in_run(context, GPU_ASSET_KEYS)
+    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=not keep):
         return _prepare_partition(context, config, storage, partition)
 
 
