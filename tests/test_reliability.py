@@ -299,7 +299,11 @@ def test_sigterm_in_the_gpu_step_fails_the_run_and_frees_its_slot(tmp_path):
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.FAILURE
         assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
-    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout  # nothing left running
+    deadline = time.monotonic() + 30  # nothing left running (the step process ends its own shutdown)
+    while subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = subprocess.run(["ps", "-o", "pid,args", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, left
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

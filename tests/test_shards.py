@@ -7,6 +7,7 @@ real processes killed with SIGKILL, the real lease over the local filesystem and
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -184,3 +185,23 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
         third = PartitionLease(storage, P, holder="run-c", holder_alive=lambda run: run != "run-b")
         third.acquire(wait_s=0.0)
         assert third.generation == 3
+
+
+def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
+    from batch_assets.gpu.commits import FlightCommits
+
+    storage = StorageResource(storage_url=str(tmp_path))
+    commits = FlightCommits(storage, P, "root-run")
+    assert not commits.committed("flight-0000")
+    record = commits.commit("flight-0000", [])  # a flight whose units all failed upstream: empty fragments, still a commit
+    assert commits.committed("flight-0000") and len(record["files"]) == 6
+    fragment = pathlib.Path(next(iter(record["files"])))
+    fragment.write_bytes(fragment.read_bytes()[:10])  # the kill landed while this file was being replaced
+    assert not commits.committed("flight-0000")
+    commits.commit("flight-0000", [])  # redone: overwritten, not appended
+    assert commits.committed("flight-0000")
+    assert commits.tables(["flight-0000"])["outcomes"].is_empty()
+    (tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json").unlink()  # fragments written, record not yet
+    assert not commits.committed("flight-0000")
+    with pytest.raises(RuntimeError, match="no whole commit"):
+        commits.tables(["flight-0000"])

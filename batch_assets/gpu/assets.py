@@ -282,14 +282,15 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, storage: StorageResou
 @dg.graph_multi_asset(
     name="gpu_section",
     outs={
-        "vad_scores": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+        "vad_scores": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
                                   description="Raw pyannote segmentation scores per unit and the speech regions derived from them."),
-        "diarization": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+        "diarization": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
                                    description="Speaker turns (with and without overlap) and one embedding per speaker, per unit."),
-        "transcripts": dg.AssetOut(group_name=GROUP, kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
+        "transcripts": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
                                    description="Every unit with its final result class and text; every word with times and speaker."),
     },
     ins={"prepared_flights": dg.AssetIn(dagster_type=dg.Nothing), "fetched_audio": dg.AssetIn(dagster_type=dg.Nothing)},
+    group_name=GROUP,
     partitions_def=daily_partitions,
     backfill_policy=backfill_policy,
     # Subsettable in Dagster's eyes, so that the UI's backfill validation of a non-subsettable multi-asset
