@@ -118,8 +118,8 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=300.0, help="audio seconds per flight")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
-    config = {"prepared_flights": {"config": {"decode_budget_seconds": args.budget}},
-              "gpu_section": {"config": {"shard_audio_seconds": 10**6}}}
+    config = {"ops": {"prepared_flights": {"config": {"decode_budget_seconds": args.budget}},
+                      "gpu_section": {"config": {"shard_audio_seconds": 10**6}}}}
     results = {"budget_s": args.budget, "sizes": [], "kill": None}
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
         for hours in args.hours:

@@ -33,12 +33,7 @@ from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.gpu.tables import (
-    REGIONS_SCHEMA,
-    SPEAKERS_SCHEMA,
-    TRANSCRIPT_UNITS_SCHEMA,
-    TURNS_SCHEMA,
-    VAD_UNITS_SCHEMA,
-    WORDS_SCHEMA,
+    TABLE_SCHEMAS,
     keep_other_units,
     tables_to_keep,
     transcript_tables,
@@ -393,12 +388,7 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
             "speech_ratio": round(float(vad_units["speech_s"].sum() or 0.0) / audio_s, 4) if audio_s else None,
             "vad_seconds": section["vad_seconds"],
             "segmentation_forwards": counters["segmentation_forwards_by_stage"]["vad"],
-            "units_table": dg.MetadataValue.path(uris["vad_scores", "units"]),
-            "regions_table": dg.MetadataValue.path(uris["vad_scores", "regions"]),
-            "regions_schema": table_schema(REGIONS_SCHEMA),
-            "dagster/column_schema": table_schema(VAD_UNITS_SCHEMA),
-            "dagster/row_count": len(vad_units),
-        },
+        } | tables_metadata(tables, uris, "vad_scores", "units", "regions"),
         "diarization": {
             "turns": len(turns),
             "speakers": len(speakers),
@@ -406,24 +396,25 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
             "diarization_seconds": section["diarization_seconds"],
             "segmentation_reuse": section["segmentation_reuse"],
             "segmentation_forwards": counters["segmentation_forwards_by_stage"]["diarization"],
-            "turns_table": dg.MetadataValue.path(uris["diarization", "turns"]),
-            "speakers_table": dg.MetadataValue.path(uris["diarization", "speakers"]),
-            "speakers_schema": table_schema(SPEAKERS_SCHEMA),
-            "dagster/column_schema": table_schema(TURNS_SCHEMA),
-            "dagster/row_count": len(turns),
-        },
+        } | tables_metadata(tables, uris, "diarization", "turns", "speakers"),
         "transcripts": section | {
             "units": len(units),
             "units_by_class": class_counts(units),
             "unit_classes": dg.MetadataValue.md(unit_classes_markdown(units)),
             "words": len(words),
             "transcript": dg.MetadataValue.md(transcript_text.markdown(units, words) or "(no units)"),
-            "units_table": dg.MetadataValue.path(uris["transcripts", "units"]),
-            "words_table": dg.MetadataValue.path(uris["transcripts", "words"]),
-            "words_schema": table_schema(WORDS_SCHEMA),
-            "dagster/column_schema": table_schema(TRANSCRIPT_UNITS_SCHEMA),
-            "dagster/row_count": len(units),
-        },
+        } | tables_metadata(tables, uris, "transcripts", "units", "words"),
+    }
+
+
+def tables_metadata(tables: dict, uris: dict, asset: str, main: str, other: str) -> dict:
+    """An asset's two tables for the UI: paths, the main table's schema and row count, the other's schema."""
+    return {
+        f"{main}_table": dg.MetadataValue.path(uris[asset, main]),
+        f"{other}_table": dg.MetadataValue.path(uris[asset, other]),
+        f"{other}_schema": table_schema(TABLE_SCHEMAS[asset, other]),
+        "dagster/column_schema": table_schema(TABLE_SCHEMAS[asset, main]),
+        "dagster/row_count": len(tables[asset, main]),
     }
 
 
