@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 LEASE_FOLDER = ".leases"
+_GENERATION = re.compile(r"gen-\d{6}\.json")  # not the temporary names a renewal writes beside it
 
 
 class LeaseHeld(Exception):
@@ -76,7 +78,7 @@ class PartitionLease:
     def _current(self) -> tuple[int, dict | None]:
         self.fs.invalidate_cache(self.root)
         try:
-            names = sorted(p for p in self.fs.ls(self.root, detail=False) if posixpath.basename(p).startswith("gen-"))
+            names = sorted(p for p in self.fs.ls(self.root, detail=False) if _GENERATION.fullmatch(posixpath.basename(p)))
         except FileNotFoundError:
             return 0, None
         if not names:
