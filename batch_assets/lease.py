@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
 import re
 import threading
@@ -40,25 +41,37 @@ class LeaseHeld(Exception):
                          "run to finish, or cancel it, then rerun; two runs must not write one partition at once")
 
 
+_LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict"}
+
+
 def _exclusive_create(fs, path: str, data: bytes) -> bool:
-    """Create `path` holding `data` only if it does not exist; False if it does."""
+    """Create `path` holding `data` only if it does not exist; False if it does (or another writer got there first)."""
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("s3", "s3a"):
         bucket, key = path.split("/", 1)
         try:
             fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except Exception as error:  # 412 PreconditionFailed, or 409 from an in-flight conditional write
-            if "PreconditionFailed" in repr(error) or "412" in repr(error) or "ConditionalRequestConflict" in repr(error):
+        except FileExistsError:  # s3fs's translation of 412 PreconditionFailed
+            return False
+        except OSError as error:
+            code = getattr(error.__cause__, "response", {}).get("Error", {}).get("Code")
+            if code in _LOST_RACE:  # 409: a conditional write to the same key in flight
                 return False
             raise
         fs.invalidate_cache(posixpath.dirname(path))
         return True
+    if protocol not in ("file", "local"):
+        raise NotImplementedError(f"partition leases need an exclusive create: local folders and S3 only, not {protocol}://")
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    with open(tmp, "wb") as handle:  # whole before it is visible: a kill mid-write leaves no half record
+        handle.write(data)
     try:
-        with open(path, "xb") as handle:
-            handle.write(data)
+        os.link(tmp, path)  # atomic, and fails if the record exists
     except FileExistsError:
         return False
+    finally:
+        os.unlink(tmp)
     return True
 
 
@@ -155,9 +168,11 @@ class PartitionLease:
                 self.renew()
 
     @contextlib.contextmanager
-    def held(self, wait_s: float = 0.0, log: Callable[[str], object] = print, release: bool = True) -> Iterator[PartitionLease]:
+    def held(self, wait_s: float = 0.0, log: Callable[[str], object] = print, release: bool = True,
+             release_on_error: bool = True) -> Iterator[PartitionLease]:
         """Hold the lease (renewed in the background) for the block. `release=False` keeps it for a later step of
-        the same run when the block succeeds; a block that raises always releases (its retry takes it again)."""
+        the same run when the block succeeds; a block that raises releases it unless `release_on_error=False`
+        (steps that run beside siblings of the same run keep it for them and for their own retry)."""
         self.acquire(wait_s, log)
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew_forever, daemon=True, name=f"lease-{self.partition}")
@@ -167,7 +182,7 @@ class PartitionLease:
             yield self
             succeeded = True
         finally:
-            if release or not succeeded:
+            if release or (not succeeded and release_on_error):
                 self.release()
             else:
                 self._stop.set()

@@ -102,7 +102,8 @@ class StorageResource(dg.ConfigurableResource):
         url = _join(self.storage_url, ".write-check", f"{uuid.uuid4().hex}.txt")
         try:
             fs, path = self.filesystem(url)
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            if is_local(fs):  # on S3, makedirs would create a mistyped bucket instead of reporting it
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
             with fs.open(path, "wb") as handle:
                 handle.write(b"batch_assets write check\n")
             fs.rm(path)
@@ -157,7 +158,8 @@ class StorageResource(dg.ConfigurableResource):
     def write_bytes(self, url: str, data: bytes) -> None:
         """Write through a temporary name then move into place, so readers never see half a file."""
         fs, path = self.filesystem(url)
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if is_local(fs):  # object stores have no folders (and s3fs's makedirs would create a missing bucket)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with fs.open(tmp, "wb") as handle:
             handle.write(data)

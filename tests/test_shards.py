@@ -20,7 +20,7 @@ import pytest
 
 from batch_assets.gate.compare import GateResult, compare_partition, read_outputs
 from batch_assets.gpu.shards import plan_shards
-from batch_assets.lease import LeaseHeld, PartitionLease
+from batch_assets.lease import LeaseHeld, PartitionLease, _exclusive_create
 from batch_assets.partitions import SAMPLE_PARTITION
 from batch_assets.storage import REPO_ROOT, StorageResource
 
@@ -185,6 +185,12 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
         third = PartitionLease(storage, P, holder="run-c", holder_alive=lambda run: run != "run-b")
         third.acquire(wait_s=0.0)
         assert third.generation == 3
+        # the loser of a race for the same generation gets False (then waits), never an error
+        fs, path = storage.filesystem("s3://leases/out/.leases/race/gen-000001.json")
+        assert _exclusive_create(fs, path, b"{}") and not _exclusive_create(fs, path, b"{}")
+    fs, path = StorageResource(storage_url=str(tmp_path)).filesystem(str(tmp_path / ".leases" / "race" / "gen-000001.json"))
+    assert _exclusive_create(fs, path, b"{}") and not _exclusive_create(fs, path, b"{}")
+    assert sorted(p.name for p in (tmp_path / ".leases" / "race").iterdir()) == ["gen-000001.json"]  # no temporary left
 
 
 def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):

@@ -210,7 +210,8 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
                             f"{len(report['resumed_flights'])} flight(s) already committed, {len(pending)} to process")
     if not pending:
         return report | {"processed_flights": [], "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
-    with partition_lease(context, storage, partition).held(log=context.log.warning, release=False):
+    lease = partition_lease(context, storage, partition)
+    with lease.held(log=context.log.warning, release=False, release_on_error=False):  # sibling shards still work
         plan = storage.read_parquet("prepared_flights", partition, "plan")
         flights = storage.read_parquet("prepared_flights", partition, "flights").filter(pl.col("flight_id").is_in(pending))
         ok = plan.filter(pl.col("result_class") == "ok")
@@ -233,6 +234,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
             )
         except DecoderModeError as error:
             quarantine(str(error))
+            lease.release()  # not retried: this run will not write the partition
             context.log.error(f"QUARANTINED: {error}")
             # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
             raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},

@@ -87,13 +87,13 @@ def run_section(
                       budget_s=levers.decode_budget_seconds, workers=levers.prepare_workers)
     work = {f.flight_id: f for f in flights}
     forwards_before = models.segmentation_forwards[0]
-    with section or no_lock() as waited:
+    with section or no_lock() as waited, contextlib.ExitStack() as stack:
         report.lock_wait_s = waited
         entered, report.entered_unix = time.perf_counter(), time.time()
         if models.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(models.device)
         models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings)
-        for flight_id, audio in feed:
+        for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
             outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers.vad_segmentation_reuse_enabled,
                                       levers.asr_cuda_graphs_enabled, levers.asr_batch_size, report.stats)
             del audio
