@@ -113,7 +113,6 @@ def dev(host: str, port: int, grace_s: float = 10.0) -> int:
     """
     import signal
     import subprocess
-    import threading
 
     def defaults() -> None:
         for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
@@ -122,11 +121,13 @@ def dev(host: str, port: int, grace_s: float = 10.0) -> int:
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", host, "-p", str(port)],
                             start_new_session=True, preexec_fn=defaults)
-    stop = threading.Event()
+    # A plain flag, not a threading.Event: setting an Event from a signal handler can deadlock on the lock
+    # that the interrupted Event.wait() holds.
+    stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
-    while proc.poll() is None and not stop.wait(0.5):
-        pass
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    while proc.poll() is None and not stop:
+        time.sleep(0.2)
     if proc.poll() is None:
         print("batch-assets dev: stopping dagster dev", file=sys.stderr)
         os.killpg(proc.pid, signal.SIGINT)
@@ -139,7 +140,7 @@ def dev(host: str, port: int, grace_s: float = 10.0) -> int:
     except ProcessLookupError:
         pass
     proc.wait()
-    return 0 if stop.is_set() else proc.returncode
+    return 0 if stop else proc.returncode
 
 
 def main(argv: list[str] | None = None) -> int:
