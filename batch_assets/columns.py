@@ -45,6 +45,7 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "exclusive": "False: the diarization with overlaps; true: the exclusive one used to attribute words",
     "embedding": "The speaker's embedding (centroid) within the unit",
     "segmentation": "How diarization got its segmentation scores ('reused' from VAD, or computed)",
+    "embedding_path": "How the embeddings were computed: 'shared trunk' (one trunk forward per chunk), or 'stock' with the reason",
     "num_speakers": "Speakers found in the unit",
     "num_words": "Words transcribed in the unit",
     "text": "The unit's words joined (speaker turns: the words table or `batch-assets show`)",

@@ -1,29 +1,71 @@
-"""The three speed levers as kill switches.
+"""The speed levers as kill switches, in one registry.
 
 Each lever is on by default. Its default can be flipped for a whole deployment with an environment
 variable, read once when the code location loads (so every run launched from that location agrees),
 and each run can still override it in run config from the launchpad. A value other than
 "true"/"false" stops the code location from loading with an error naming the variable: a typo in a
 deployment must never silently turn a lever on or off.
+
+`SWITCHES` is the one place a switch is declared: the run config fields (`gpu/assets.py: LeverConfig`),
+the Helm values' env entries (`k8s/values.yaml`) and the README's table are made from it, and
+`tests/test_switches_registry.py` fails when any of them disagrees. To add a lever: add a `Switch`
+here, a field to `Levers` (`gpu/runner.py`), then paste `python -m batch_assets.switches` output into
+the values and the README.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from batch_assets.settings import env_bool
 
-SWITCH_ENV_VARS: dict[str, str] = {
-    "prepare_flight_enabled": "BATCH_PIPELINE_PREPARE_FLIGHT_ENABLED",
-    "vad_segmentation_reuse_enabled": "BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED",
-    "asr_cuda_graphs_enabled": "BATCH_PIPELINE_ASR_CUDA_GRAPHS_ENABLED",
-}
+
+@dataclasses.dataclass(frozen=True)
+class Switch:
+    name: str  # the run config field (`ops.gpu_section.config.<name>`) and the `Levers` field
+    env_var: str  # the deployment default, read once at code-location load
+    description: str  # shown in the launchpad, the README and the Helm values
+    helm_value: str = "true"  # what the Helm values set the variable to
+
+    def helm_env(self) -> list[str]:
+        return [f"        # {self.description}", f"        - name: {self.env_var}", f'          value: "{self.helm_value}"']
+
+    def readme_row(self) -> str:
+        return f"| `{self.name}` | `{self.env_var}` | {self.description} |"
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("prepare_flight_enabled", "BATCH_PIPELINE_PREPARE_FLIGHT_ENABLED",
+           "next flights' audio prepared in the background, at most the decode budget (1800 s) ahead"),
+    Switch("vad_segmentation_reuse_enabled", "BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED",
+           "diarization reuses VAD's segmentation scores (one segmentation forward, not two)"),
+    Switch("asr_cuda_graphs_enabled", "BATCH_PIPELINE_ASR_CUDA_GRAPHS_ENABLED",
+           "NeMo TDT greedy decoding with CUDA graphs (eager on CPU, recorded)"),
+    Switch("embedding_shared_trunk_enabled", "BATCH_PIPELINE_EMBEDDING_SHARED_TRUNK_ENABLED",
+           "one embedding-trunk forward per chunk shared by its local speakers; pooling only for active ones"),
+)
+SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}
+README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read once at code-location load) | lever |\n"
+                 "|---|---|---|")
 
 
 def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
     """Unset or empty means on; "true"/"false" (any case); anything else is a `SettingError` naming the variable."""
-    return {name: env_bool(var, True, environ) for name, var in SWITCH_ENV_VARS.items()}
+    return {s.name: env_bool(s.env_var, True, environ) for s in SWITCHES}
+
+
+def readme_table() -> str:
+    return "\n".join([README_HEADER, *(s.readme_row() for s in SWITCHES)])
+
+
+def helm_env() -> str:
+    return "\n".join(line for s in SWITCHES for line in s.helm_env())
 
 
 # Read once, at code-location load.
 SWITCH_DEFAULTS: dict[str, bool] = read_switch_defaults()
+
+
+if __name__ == "__main__":
+    print(readme_table(), helm_env(), sep="\n\n")

@@ -62,10 +62,9 @@ def main() -> None:
     import torch
 
     from batch_assets.gpu.asr import apply_decoder_mode
-    from batch_assets.gpu.diarization import make_reusing
-    from batch_assets.gpu.loaded import LoadedModels
+    from batch_assets.gpu.loaded import load_models
+    from batch_assets.gpu.runner import Levers
     from batch_assets.gpu.section import SectionStats, process_flight
-    from batch_assets.models.loaders import load_asr_model, load_diarization_pipeline
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -73,12 +72,8 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
     device = torch.device(args.device)
-    started = time.perf_counter()
-    asr = load_asr_model("builtin:tiny-tdt", device)
-    pipeline = make_reusing(load_diarization_pipeline("builtin:tiny-diarization", device, 32, 32))
-    forwards = [0]
-    pipeline._segmentation.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
-    models = LoadedModels(device, asr, pipeline, time.perf_counter() - started, forwards)
+    models = load_models("builtin:tiny-tdt", "builtin:tiny-diarization", device)
+    asr = models.asr
     audio, units = sample_flight(args.tile)
     report = {"device": str(device), "torch": torch.__version__, "audio_s": len(audio) / 16000, "units": len(units),
               "model_load_s": round(models.load_seconds, 2), "variants": {}}
@@ -90,7 +85,8 @@ def main() -> None:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        outcomes = process_flight(models, "flight-0000", audio, units, reuse, graphs, 16, stats)
+        levers = Levers(vad_segmentation_reuse_enabled=reuse, asr_cuda_graphs_enabled=graphs)
+        outcomes = process_flight(models, "flight-0000", audio, units, levers, stats)
         if device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

@@ -1,13 +1,22 @@
-"""Bench the three levers through the real assets, and gate every run against the all-off run.
+"""Bench the levers through the real assets, on two model profiles, and gate every run against the all-off run.
 
-    .venv/bin/python benchmarks/levers.py --preset cpu        # ~11 audio-minutes; < 20 minutes on 2 CPU cores
-    .venv/bin/python benchmarks/levers.py --preset gpu        # ~2 audio-hours, for a GPU machine
+    .venv/bin/python benchmarks/levers.py --preset cpu                               # tiny models, ~9 min on 2 cores
+    .venv/bin/python benchmarks/levers.py --preset cpu --models production-shaped    # < 15 min on 2 cores
+    .venv/bin/python benchmarks/levers.py --preset gpu --models production-shaped    # one CUDA GPU, < 8 min
+
+Model profiles (`--models`): `tiny`, the offline defaults; `production-shaped`, the production
+architectures at production sizes with seeded random weights (parakeet-tdt-0.6b-v2's FastConformer-TDT,
+community-1's WeSpeaker ResNet34 + VBx/PLDA; the segmentation model is the trained tiny one, see
+`batch_assets/models/production_shaped.py` for why), whose stage costs are production's.
 
 One process: the corpus is generated (real speech cut from the sample partition into units of varied
 lengths, some silent), `fetched_audio` and `prepared_flights` are materialized once, then the GPU step
-(`gpu_section`, the same code the UI runs) is materialized for every variant, twice: all levers off,
-each lever alone, all on. Every flight load waits a simulated storage latency per unit (default 0.43 s,
-the production figure). Prints the table and writes JSON (`--json`).
+(`gpu_section`, the same code the UI runs) is materialized for every variant, `--repeats` times: all
+levers off, each lever alone, the three seed levers, all on (each preset picks a subset to fit its time;
+`--variants` overrides). Every flight load waits a simulated storage latency per unit (default 0.43 s,
+the production figure). Torch threads are set explicitly (`--threads`). Prints the per-stage table with
+segmentation and embedding work, then `all on vs all off` (audio-hours per compute-hour) and
+`diarization all on vs all off` (diarization stage seconds), and writes JSON (`--json`).
 """
 
 from __future__ import annotations
@@ -27,18 +36,26 @@ import soundfile as sf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from batch_assets.switches import SWITCHES  # light: no model library
+
 PARTITION = "2026-04-01"
-PRESETS = {
-    "cpu": {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15},
-    "gpu": {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1},
+MODELS = {
+    "tiny": ("builtin:tiny-tdt", "builtin:tiny-diarization"),
+    "production-shaped": ("builtin:parakeet-tdt-0.6b-v2-shaped", "builtin:community-1-shaped"),
 }
-LEVERS = ("prepare_flight_enabled", "vad_segmentation_reuse_enabled", "asr_cuda_graphs_enabled")
-VARIANTS = {
-    "all off": (False, False, False),
-    "prepare flights": (True, False, False),
-    "reuse segmentation": (False, True, False),
-    "cuda graphs": (False, False, True),
-    "all on": (True, True, True),
+LEVERS = tuple(s.name for s in SWITCHES)
+SEED_LEVERS = LEVERS[:3]  # the three the project started with
+SHORT = {"prepare_flight_enabled": "prepare flights", "vad_segmentation_reuse_enabled": "reuse segmentation",
+         "asr_cuda_graphs_enabled": "cuda graphs", "embedding_shared_trunk_enabled": "shared trunk"}
+VARIANTS = {"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS} | {"seed levers": SEED_LEVERS, "all on": LEVERS}
+# (models, preset) -> corpus and default variants
+PRESETS = {
+    ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15, "variants": list(VARIANTS)},
+    ("tiny", "gpu"): {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1, "variants": list(VARIANTS)},
+    ("production-shaped", "cpu"): {"units": 5, "min_s": 15.0, "max_s": 35.0, "silent_share": 0.15,
+                                   "variants": ["all off", "seed levers", "shared trunk", "all on"]},
+    ("production-shaped", "gpu"): {"units": 24, "min_s": 30.0, "max_s": 120.0, "silent_share": 0.1,
+                                   "variants": ["all off", "seed levers", "all on"]},
 }
 
 
@@ -69,13 +86,16 @@ def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silen
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--preset", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--models", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--variants", help=f"comma-separated, from: {', '.join(VARIANTS)}")
     parser.add_argument("--units", type=int)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--latency", type=float, default=0.43, help="simulated storage latency per unit fetch (s)")
     parser.add_argument("--budget", type=float, default=1800.0, help="decode budget per flight (audio s)")
     parser.add_argument("--flight-units", type=int, default=8, help="most units per flight")
     parser.add_argument("--prepare-workers", type=int, default=1, help="flights prepared concurrently")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU core)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--seed", type=int, default=0)
@@ -91,20 +111,30 @@ def main() -> None:
     from batch_assets.io_manager import StorageJsonIOManager
     from batch_assets.storage import StorageResource
 
-    preset = PRESETS[args.preset] | ({"units": args.units} if args.units else {})
+    preset = PRESETS[args.models, args.preset] | ({"units": args.units} if args.units else {})
+    variants = args.variants.split(",") if args.variants else preset["variants"]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or "all off" not in variants:
+        parser.error(f"--variants: unknown {unknown} (known: {', '.join(VARIANTS)}); 'all off' is the gate's baseline")
+    variants = ["all off", *[v for v in variants if v != "all off"]]
+    threads = args.threads or os.cpu_count() or 1
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-levers-"))
     audio_s = generate(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"], preset["silent_share"], args.seed)
-    print(f"corpus: {preset['units']} units, {audio_s / 3600:.3f} audio-hours", flush=True)
-    gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"))
+    print(f"corpus: {preset['units']} units, {audio_s / 3600:.3f} audio-hours; models {args.models}; {threads} torch threads", flush=True)
+    asr_model, diarization_pipeline = MODELS[args.models]
+    gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), asr_model=asr_model,
+                      diarization_pipeline=diarization_pipeline, torch_threads=threads)
 
     def storage_at(root: pathlib.Path) -> StorageResource:
         return StorageResource(source_url=str(work / "source"), storage_url=str(root), simulated_latency_per_unit_s=args.latency)
 
+    def resources(root: pathlib.Path) -> dict:
+        return {"storage": storage_at(root), "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage_at(root))}
+
     ingest_root = work / "ingest"
     started = time.perf_counter()
     ingest = dg.materialize(all_assets, selection=dg.AssetSelection.assets("fetched_audio", "prepared_flights"), partition_key=PARTITION,
-                            resources={"storage": storage_at(ingest_root), "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage_at(ingest_root))},
-                            instance=dg.DagsterInstance.ephemeral(),
+                            resources=resources(ingest_root), instance=dg.DagsterInstance.ephemeral(),
                             run_config={"ops": {"prepared_flights": {"config": {"decode_budget_seconds": args.budget,
                                                                                "max_units_per_flight": args.flight_units}}}})
     assert ingest.success
@@ -112,25 +142,25 @@ def main() -> None:
     load_started = time.perf_counter()
     models = gpu.models  # loaded once for the whole bench, as in a long-lived worker
     load_s = time.perf_counter() - load_started
+    device = str(models.device)
 
     rows, baseline = [], None
     for repeat in range(args.repeats):
-        for name, switches in VARIANTS.items():
+        for name in variants:
             root = work / f"run-{len(rows):02d}"
             for asset in ("fetched_audio", "prepared_flights"):
                 shutil.copytree(ingest_root / asset, root / asset)
-            config = dict(zip(LEVERS, switches, strict=True)) | {"decode_budget_seconds": args.budget,
-                                                                  "prepare_workers": args.prepare_workers}
-            storage = storage_at(root)
+            config = {lever: lever in VARIANTS[name] for lever in LEVERS} | {
+                "decode_budget_seconds": args.budget, "prepare_workers": args.prepare_workers}
             started = time.perf_counter()
-            result = dg.materialize(all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"), partition_key=PARTITION,
-                                    resources={"storage": storage, "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage)},
-                                    instance=dg.DagsterInstance.ephemeral(),
+            result = dg.materialize(all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"),
+                                    partition_key=PARTITION, resources=resources(root), instance=dg.DagsterInstance.ephemeral(),
                                     run_config={"ops": {"gpu_section": {"config": config}}})
             wall = time.perf_counter() - started
             assert result.success
             meta = next({k: v.value for k, v in e.materialization.metadata.items()}
                         for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "transcripts")
+            storage = storage_at(root)
             if baseline is None:
                 baseline = storage
             verdict = gate(baseline, storage, [PARTITION])
@@ -140,30 +170,49 @@ def main() -> None:
                 "section_s": meta["section_seconds"], "asr_s": meta["asr_seconds"], "diarization_s": meta["diarization_seconds"],
                 "vad_s": meta["vad_seconds"], "flight_load_wait_s": meta["flight_load_wait_seconds"],
                 "segmentation_forwards": meta["segmentation_forwards"], "decoder_modes": meta["decoder_modes"],
-                "peak_memory": (f"{meta['cuda_peak_memory_gib']:.2f} GiB CUDA" if "cuda_peak_memory_gib" in meta
-                                else f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB RSS"),
+                "embedding_work": meta["embedding_work"], "embedding_paths": meta["embedding_paths"],
+                "cuda_peak_gib": meta.get("cuda_peak_memory_gib"),
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "gate": verdict.as_dict(),
             })
             print(f"{name:20s} repeat {repeat}: {wall:6.1f} s wall, gate {'PASS' if verdict.passed else 'FAIL'}", flush=True)
     del models
-
-    print()
-    print(f"{'variant':20s} {'rep':>3s} {'audio-h/compute-h':>18s} {'section s':>10s} {'ASR s':>7s} {'diar s':>7s} "
-          f"{'load wait s':>11s} {'seg fwd':>8s} {'peak memory':>16s} {'WER vs off':>10s} {'spk agree':>9s} {'gate':>5s}")
-    for r in rows:
-        g = r["gate"]
-        print(f"{r['variant']:20s} {r['repeat']:>3d} {r['audio_hours_per_compute_hour']:>18.1f} {r['section_s']:>10.1f} "
-              f"{r['asr_s']:>7.1f} {r['diarization_s']:>7.1f} {r['flight_load_wait_s']:>11.1f} {r['segmentation_forwards']:>8d} "
-              f"{r['peak_memory']:>16s} {g['word_edit_rate']:>10.4f} {g['speaker_agreement']:>9.3f} {'PASS' if g['passed'] else 'FAIL':>5s}")
-    mean = {name: np.mean([r["audio_hours_per_compute_hour"] for r in rows if r["variant"] == name]) for name in VARIANTS}
-    speedup = mean["all on"] / mean["all off"]
-    print(f"\nall on vs all off: {speedup:.2f}x audio-hours per compute-hour "
-          f"(ingest {ingest_s:.1f} s once, model load {load_s:.1f} s once, device {gpu.models.device})")
+    summary = report(rows, variants, device)
+    print(f"(ingest {ingest_s:.1f} s once, model load {load_s:.1f} s once, device {device})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"preset": args.preset, "audio_hours": audio_s / 3600, "latency_per_unit_s": args.latency,
-                                         "ingest_s": ingest_s, "model_load_s": load_s, "speedup_all_on_vs_off": speedup,
-                                         "runs": rows}, indent=2, default=str))
+        args.json.write_text(json.dumps({"preset": args.preset, "models": args.models, "torch_threads": threads,
+                                         "audio_hours": audio_s / 3600, "latency_per_unit_s": args.latency,
+                                         "ingest_s": ingest_s, "model_load_s": load_s, **summary, "runs": rows},
+                                        indent=2, default=str))
+
+
+def report(rows: list[dict], variants: list[str], device: str) -> dict:
+    """Print the per-run table and the two ratio lines; return the summary numbers."""
+    rate = "audio-h/GPU-h" if device.startswith("cuda") else "audio-h/compute-h"
+    print(f"\n{'variant':18s} {'rep':>3s} {rate:>17s} {'section s':>9s} {'VAD s':>6s} {'diar s':>7s} {'ASR s':>6s} "
+          f"{'load wait':>9s} {'seg fwd':>7s} {'trunk fwd':>9s} {'pooled':>6s} {'peak memory':>16s} {'WER':>6s} {'spk':>5s} {'gate':>4s}")
+    for r in rows:
+        g, e = r["gate"], r["embedding_work"]
+        memory = f"{r['cuda_peak_gib']:.2f} GiB CUDA" if r["cuda_peak_gib"] is not None else f"{r['peak_rss_mib']:.0f} MiB RSS"
+        print(f"{r['variant']:18s} {r['repeat']:>3d} {r['audio_hours_per_compute_hour']:>17.1f} {r['section_s']:>9.1f} "
+              f"{r['vad_s']:>6.1f} {r['diarization_s']:>7.1f} {r['asr_s']:>6.1f} {r['flight_load_wait_s']:>9.1f} "
+              f"{r['segmentation_forwards']:>7d} {e['trunk_forwards']:>9d} {e['pooled_pairs']:>6d} {memory:>16s} "
+              f"{g['word_edit_rate']:>6.4f} {g['speaker_agreement']:>5.3f} {'PASS' if g['passed'] else 'FAIL':>4s}")
+
+    def mean(name: str, key: str) -> float:
+        return float(np.mean([r[key] for r in rows if r["variant"] == name]))
+
+    summary = {"gates_passed": all(r["gate"]["passed"] for r in rows),
+               "mean": {name: {key: mean(name, key) for key in ("audio_hours_per_compute_hour", "section_s", "vad_s",
+                                                                 "diarization_s", "asr_s")} for name in variants}}
+    print(f"\nall runs gated against all off: {'PASS' if summary['gates_passed'] else 'FAIL'}")
+    if "all on" in variants:
+        summary["speedup_all_on_vs_off"] = mean("all on", "audio_hours_per_compute_hour") / mean("all off", "audio_hours_per_compute_hour")
+        summary["diarization_speedup_all_on_vs_off"] = mean("all off", "diarization_s") / mean("all on", "diarization_s")
+        print(f"all on vs all off: {summary['speedup_all_on_vs_off']:.2f}x ({rate})")
+        print(f"diarization all on vs all off: {summary['diarization_speedup_all_on_vs_off']:.2f}x (diarization stage seconds)")
+    return summary
 
 
 if __name__ == "__main__":

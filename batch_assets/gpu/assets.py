@@ -43,7 +43,7 @@ from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
 from batch_assets.storage import StorageResource
-from batch_assets.switches import SWITCH_DEFAULTS
+from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
 
 GROUP = "gpu"
 GPU_POOL = "gpu"
@@ -66,21 +66,19 @@ SHARD_AUDIO_SECONDS = env_int("BATCH_ASSETS_SHARD_AUDIO_SECONDS", 14400, minimum
 GPU_IO = "gpu_io"  # the IO manager for the small values passed between the graph's steps
 
 
-class LeverConfig(dg.Config):
-    """The speed levers, each a kill switch (defaults from BATCH_PIPELINE_*_ENABLED, read at load)."""
+def _switch_field(name: str):
+    """A lever's run config field: its default and description come from the registry (`switches.py`)."""
+    switch = next(s for s in SWITCHES if s.name == name)
+    return Field(default=SWITCH_DEFAULTS[name], description=f"{switch.description} (env default {switch.env_var})")
 
-    prepare_flight_enabled: bool = Field(
-        default=SWITCH_DEFAULTS["prepare_flight_enabled"],
-        description="Prepare the next flights' audio in the background while the section works (<= decode budget ahead)",
-    )
-    vad_segmentation_reuse_enabled: bool = Field(
-        default=SWITCH_DEFAULTS["vad_segmentation_reuse_enabled"],
-        description="Diarization reuses the VAD pass's segmentation scores instead of a second forward",
-    )
-    asr_cuda_graphs_enabled: bool = Field(
-        default=SWITCH_DEFAULTS["asr_cuda_graphs_enabled"],
-        description="NeMo TDT greedy decoding with CUDA graphs (eager on CPU, recorded)",
-    )
+
+class LeverConfig(dg.Config):
+    """The speed levers, each a kill switch (`batch_assets/switches.py`; env defaults read at load)."""
+
+    prepare_flight_enabled: bool = _switch_field("prepare_flight_enabled")
+    vad_segmentation_reuse_enabled: bool = _switch_field("vad_segmentation_reuse_enabled")
+    asr_cuda_graphs_enabled: bool = _switch_field("asr_cuda_graphs_enabled")
+    embedding_shared_trunk_enabled: bool = _switch_field("embedding_shared_trunk_enabled")
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
@@ -108,6 +106,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig):
           prepare_flight_enabled: true
           vad_segmentation_reuse_enabled: true
           asr_cuda_graphs_enabled: true
+          embedding_shared_trunk_enabled: true
           shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
     ```
@@ -203,7 +202,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
     commits = FlightCommits(storage, partition, context.run.root_run_id or context.run.run_id)
     report = {"partition": partition, "shard": shard["shard"], "flights": shard["flights"], "units": shard["units"],
               "audio_s": shard["audio_s"], "resumed_flights": [f for f in shard["flights"] if commits.committed(f)],
-              "switches": {name: getattr(config, name) for name in SWITCH_DEFAULTS}}
+              "switches": {s.name: getattr(config, s.name) for s in SWITCHES}}
     pending = [f for f in shard["flights"] if f not in report["resumed_flights"]]
     if report["resumed_flights"]:
         context.log.warning(f"{partition} shard {shard['shard']}: resuming run {context.run.root_run_id or context.run.run_id}: "
@@ -224,8 +223,8 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
         counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
         seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
         models = gpu.load(context.log)
-        levers = Levers(config.prepare_flight_enabled, config.vad_segmentation_reuse_enabled, config.asr_cuda_graphs_enabled,
-                        config.decode_budget_seconds, config.prepare_workers, gpu.asr_batch_size)
+        levers = Levers(**{s.name: getattr(config, s.name) for s in SWITCHES}, decode_budget_seconds=config.decode_budget_seconds,
+                        prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
         try:
             section = run_section(
                 models, [FlightWork(f, seconds[f], units_by_flight.get(f, [])) for f in pending], levers,
@@ -255,6 +254,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
             "segmentation_forwards": section.segmentation_forwards,
             "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
             "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
+            "embedding_work": dict(stats.embedding_work), "embedding_paths": dict(stats.embedding_paths),
             "cuda_peak_bytes": section.cuda_peak_bytes,
         },
     }
@@ -345,8 +345,8 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
     section_s = _sum(reports, "section_seconds")
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in ran:
-        for key in ("segmentation_forwards_by_stage", "segmentation_reuse"):
-            counters[key].update(r["section"][key])
+        for key in ("segmentation_forwards_by_stage", "segmentation_reuse", "embedding_work", "embedding_paths"):
+            counters[key].update(r["section"].get(key, {}))
     entered = [r["section"]["entered_unix"] for r in ran]
     exited = [r["section"]["exited_unix"] for r in ran]
     loads = [r["model_load_seconds"] for r in ran]
@@ -368,6 +368,10 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
         "segmentation_forwards_by_stage": {k: counters["segmentation_forwards_by_stage"][k]
                                            for k in ("vad", "vad_of_diarized_units", "diarization")},
         "segmentation_reuse": dict(counters["segmentation_reuse"]),
+        # diarization's embedding step: trunk forwards (stock: one per chunk and local speaker) and pooled pairs
+        "embedding_work": {k: counters["embedding_work"][k]
+                           for k in ("chunks", "pairs", "active_pairs", "trunk_forwards", "pooled_pairs")},
+        "embedding_paths": dict(counters["embedding_paths"]),
         "decoder_modes": sorted({m for r in ran for m in r["section"]["decoder_modes"]}),
         "switches": reports[0]["switches"] if reports else {},
         "device": ran[0]["device"] if ran else "not used",

@@ -9,7 +9,6 @@ can no longer be trusted to produce results identical to the baseline.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 import dagster as dg
@@ -79,17 +78,10 @@ class GpuResource(dg.ConfigurableResource):
         key = (self.asr_model, self.diarization_pipeline, str(device), self.segmentation_batch_size, self.embedding_batch_size)
         if key in _LOADED:
             return _LOADED[key]
-        from batch_assets.gpu.diarization import make_reusing
-        from batch_assets.models.loaders import load_asr_model, load_diarization_pipeline
+        from batch_assets.gpu.loaded import load_models
 
-        started = time.perf_counter()
-        asr = load_asr_model(self.asr_model, device)
-        pipeline = make_reusing(
-            load_diarization_pipeline(self.diarization_pipeline, device, self.segmentation_batch_size, self.embedding_batch_size)
-        )
-        forwards = [0]
-        pipeline._segmentation.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
-        loaded = LoadedModels(device, asr, pipeline, time.perf_counter() - started, forwards)
+        loaded = load_models(self.asr_model, self.diarization_pipeline, device, self.segmentation_batch_size,
+                             self.embedding_batch_size)
         if log:
             log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in {loaded.load_seconds:.1f} s")
         _LOADED[key] = loaded

@@ -30,6 +30,7 @@ class Levers:
     prepare_flight_enabled: bool = True
     vad_segmentation_reuse_enabled: bool = True
     asr_cuda_graphs_enabled: bool = True
+    embedding_shared_trunk_enabled: bool = True
     decode_budget_seconds: float = 1800.0
     prepare_workers: int = 1
     asr_batch_size: int = 16
@@ -94,8 +95,7 @@ def run_section(
             torch.cuda.reset_peak_memory_stats(models.device)
         models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings)
         for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
-            outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers.vad_segmentation_reuse_enabled,
-                                      levers.asr_cuda_graphs_enabled, levers.asr_batch_size, report.stats)
+            outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers, report.stats)
             del audio
             commit(flight_id, outcomes)
             report.flights += 1

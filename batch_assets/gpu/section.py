@@ -42,6 +42,9 @@ class SectionStats:
     segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # segmentation model forwards: by VAD (all units, and units that went on to diarization), by diarization
     segmentation_forwards: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # embedding work summed over diarized units (chunks, pairs, active_pairs, trunk_forwards, pooled_pairs)
+    embedding_work: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    embedding_paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
 
 
@@ -62,12 +65,12 @@ def process_flight(
     flight_id: str,
     audio: np.ndarray,
     units: list[dict],
-    reuse_segmentation: bool,
-    cuda_graphs: bool,
-    asr_batch_size: int,
+    levers,
     stats: SectionStats,
 ) -> list[UnitOutcome]:
-    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples)."""
+    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples);
+    `levers`: the run's `runner.Levers`."""
+    cuda_graphs, asr_batch_size = levers.asr_cuda_graphs_enabled, levers.asr_batch_size
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
     for unit in units:
@@ -89,10 +92,13 @@ def process_flight(
             before = forwards[0]
             with _timed(stats, "diarization"):
                 outcome.diarization = diarize(
-                    models.diarization, waveform, uid, outcome.vad.scores if reuse_segmentation else None
+                    models.diarization, waveform, uid, outcome.vad.scores if levers.vad_segmentation_reuse_enabled else None,
+                    shared_trunk=levers.embedding_shared_trunk_enabled,
                 )
             stats.segmentation_forwards["diarization"] += forwards[0] - before
             stats.segmentation_reuse[outcome.diarization.reuse] += 1
+            stats.embedding_work.update(outcome.diarization.embedding_work.counts())
+            stats.embedding_paths[outcome.diarization.embedding_work.path] += 1
             waveforms[uid] = waveform
         except Exception as error:  # one unit's failure is that unit's result
             outcome.result_class, outcome.reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]

@@ -20,7 +20,7 @@ REGIONS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float
 TURNS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "speaker": pl.String, "exclusive": pl.Boolean}
 SPEAKERS_SCHEMA = {
     "unit_id": pl.String, "speaker": pl.String, "speech_s": pl.Float64, "embedding": pl.List(pl.Float32),
-    "segmentation": pl.String,
+    "segmentation": pl.String, "embedding_path": pl.String,
 }
 TRANSCRIPT_UNITS_SCHEMA = {
     "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
@@ -63,6 +63,7 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
             speakers.append({
                 "unit_id": o.unit_id, "speaker": label, "speech_s": speech,
                 "embedding": None if embedding is None else embedding.tolist(), "segmentation": d.reuse,
+                "embedding_path": d.embedding_work.path,
             })
     return pl.DataFrame(turns, schema=TURNS_SCHEMA), pl.DataFrame(speakers, schema=SPEAKERS_SCHEMA)
 

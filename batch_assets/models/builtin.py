@@ -48,7 +48,7 @@ def is_builtin(name: str) -> bool:
     return name.startswith(BUILTIN_PREFIX)
 
 
-def _fingerprint(*parts: object) -> str:
+def fingerprint(*parts: object) -> str:
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, pathlib.Path):
@@ -58,10 +58,10 @@ def _fingerprint(*parts: object) -> str:
     return digest.hexdigest()[:12]
 
 
-def _cached(name: str, fingerprint: str, build: Callable[[pathlib.Path], None]) -> pathlib.Path:
+def cached_build(name: str, key: str, build: Callable[[pathlib.Path], None]) -> pathlib.Path:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{name}-{fingerprint}"
+    final = root / f"{name}-{key}"
     if final.exists():
         return final
     with filelock.FileLock(str(root / f"{name}.lock")):
@@ -87,7 +87,7 @@ def tiny_tdt_path() -> pathlib.Path:
 
         build_tiny_tdt(BUILTIN_SEED).save_to(str(folder / "tiny-tdt.nemo"))
 
-    folder = _cached("tiny-tdt", _fingerprint(tiny_tdt_config(), BUILTIN_SEED), build)
+    folder = cached_build("tiny-tdt", fingerprint(tiny_tdt_config(), BUILTIN_SEED), build)
     return folder / "tiny-tdt.nemo"
 
 
@@ -134,7 +134,7 @@ def tiny_diarization_path() -> pathlib.Path:
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     trained = [p for p in (EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz", PLDA_DIR / "xvec_transform.npz", DIARIZATION_REPORT) if p.exists()]
-    fingerprint = _fingerprint(
+    key = fingerprint(
         SEGMENTATION_WEIGHTS,
         *trained,
         tiny_segmentation.ARCHITECTURE,
@@ -143,7 +143,7 @@ def tiny_diarization_path() -> pathlib.Path:
         BUILTIN_SEED,
         "embedding-v1",
     )
-    return _cached("tiny-diarization", fingerprint, build)
+    return cached_build("tiny-diarization", key, build)
 
 
 def diarization_params() -> dict:

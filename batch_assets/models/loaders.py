@@ -5,6 +5,8 @@
 - Diarization: a pyannote pipeline folder or `config.yaml`, or a name such as
   `pyannote/speaker-diarization-community-1` (`Pipeline.from_pretrained`, token from `HF_TOKEN`).
 - `builtin:tiny-tdt` / `builtin:tiny-diarization`: the offline defaults (see `builtin.py`).
+- `builtin:parakeet-tdt-0.6b-v2-shaped` / `builtin:community-1-shaped`: the production architectures at
+  production sizes with seeded random weights, for benches (see `production_shaped.py`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import os
 import pathlib
 
-from batch_assets.models import builtin
+from batch_assets.models import builtin, production_shaped
 from batch_assets.models.environment import quiet_model_libraries
 
 
 def _local_or_name(name: str) -> str | pathlib.Path:
-    if builtin.is_builtin(name):
+    if name == production_shaped.COMMUNITY1_SHAPED:
+        return production_shaped.community1_shaped_path()
+    if builtin.is_builtin(name) and name != production_shaped.PARAKEET_SHAPED:
         return builtin.resolve(name)
     path = pathlib.Path(name).expanduser()
     return path if path.exists() else name
@@ -28,7 +32,9 @@ def load_asr_model(name: str, device):
     from nemo.collections.asr.models import ASRModel
 
     source = _local_or_name(name)
-    if isinstance(source, pathlib.Path):
+    if name == production_shaped.PARAKEET_SHAPED:
+        model = production_shaped.build_parakeet_shaped()
+    elif isinstance(source, pathlib.Path):
         model = ASRModel.restore_from(str(source), map_location=device)
     else:
         model = ASRModel.from_pretrained(source, map_location=device)

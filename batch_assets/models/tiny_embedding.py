@@ -3,10 +3,14 @@
 pyannote's XVectorMFCC hard-codes 512/1500-channel TDNN layers (about 4.6 M parameters, ~10 s per audio
 minute of embeddings on these CPUs). This keeps its MFCC front end, its frame arithmetic and its masked
 statistics pooling (which the diarization pipeline relies on), with configurable, much narrower layers.
+Like pyannote's WeSpeaker ResNets it splits into `forward_frames` (MFCC + TDNN trunk) and
+`forward_embedding(frames, weights)` (pooling + head, weights per speaker allowed), so diarization can
+run the trunk once per chunk (the shared-trunk lever); `forward` is XVectorMFCC's, the same operations.
 """
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 from pyannote.audio.core.model import Model
 from pyannote.audio.models.blocks.pooling import StatsPool
@@ -57,3 +61,14 @@ class TinyXVector(Model):
     receptive_field_size = XVectorMFCC.receptive_field_size
     receptive_field_center = XVectorMFCC.receptive_field_center
     forward = XVectorMFCC.forward
+
+    def forward_frames(self, waveforms: torch.Tensor) -> torch.Tensor:
+        """(batch, channel, sample) waveforms -> (batch, features, frames) trunk outputs."""
+        outputs = self.mfcc(waveforms).squeeze(dim=1)
+        for block in self.tdnns:
+            outputs = block(outputs)
+        return outputs
+
+    def forward_embedding(self, frames: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Trunk outputs and (batch, frames) or (batch, speakers, frames) weights -> embeddings."""
+        return self.embedding(self.stats_pool(frames, weights=weights))

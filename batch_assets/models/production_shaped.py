@@ -1,0 +1,127 @@
+"""Production-shaped models: the production architectures at production sizes, built from config, no download.
+
+The tiny builtins make every code path run, but their stage costs look nothing like production's (a
+67 k-parameter x-vector, a 1 M-parameter TDT), so a bench on them cannot say what a lever is worth on the
+models users run. These two names can be given wherever a model name goes (`BATCH_ASSETS_ASR_MODEL`,
+`BATCH_ASSETS_DIARIZATION_PIPELINE`, the bench's `--models production-shaped`):
+
+- `builtin:parakeet-tdt-0.6b-v2-shaped`: NeMo `EncDecRNNTBPEModel`, FastConformer-TDT with
+  nvidia/parakeet-tdt-0.6b-v2's sizes (128 mel features, 8x depthwise-striding subsampling with 256
+  channels, 24 Conformer layers of d_model 1024, 8 heads, feed-forward x4, kernel 9; LSTM prediction
+  network 2 x 640; joint 640; SentencePiece BPE vocabulary of 1024; TDT durations 0-4; greedy batch
+  decoding, at most 10 symbols per frame): 618 M parameters, seeded random weights. The decoder's cost
+  scales with the tokens emitted: these random weights emit one token every third encoder frame (4.2
+  tokens per audio second, measured on the sample speech), about what a trained model emits on speech,
+  so no output bias needs adjusting.
+- `builtin:community-1-shaped`: a pyannote pipeline folder laid out like
+  pyannote/speaker-diarization-community-1 (`SpeakerDiarization`, VBx clustering with its parameters,
+  `embedding_exclude_overlap`, batch sizes 32): the embedding model is pyannote's `WeSpeakerResNet34`
+  (6.6 M parameters, 256-dimensional, seeded random weights); the PLDA is community-1's shape (a
+  256 -> 128 LDA, seeded random orthonormal, and a neutral 128-dimensional PLDA). The segmentation model
+  is the one trained part: the shipped tiny PyanNet, trained here. A PyanNet with random weights predicts
+  one powerset class everywhere, i.e. every frame speech by the same single speaker or no speech at all,
+  and every downstream cost (which units are silent, how many chunks have 1, 2 or 3 active speakers,
+  hence how many embeddings the clustering uses) follows from those decisions. Segmentation is a small
+  share of production diarization (the embeddings take ~96%), and a larger segmentation model would
+  only raise what lever 2 saves, so this under-states, not over-states, the diarization levers.
+
+Builds are seeded and cached like the tiny builtins (`builtin.py`); the 0.6 B-parameter ASR model is
+built in memory on each load (seconds), not written to a 2.4 GB `.nemo`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+PARAKEET_SHAPED = "builtin:parakeet-tdt-0.6b-v2-shaped"
+COMMUNITY1_SHAPED = "builtin:community-1-shaped"
+SHAPED_SEED = 20260601
+EMBEDDING_DIMENSION = 256
+LDA_DIMENSION = 128
+VOCABULARY = 1024
+
+PARAKEET_SIZES = {
+    "features": 128, "d_model": 1024, "layers": 24, "heads": 8, "ff_expansion": 4, "subsampling_channels": 256,
+    "pred_hidden": 640, "pred_layers": 2, "joint_hidden": 640,
+}
+COMMUNITY1_PARAMS = {"segmentation": {"min_duration_off": 0.0}, "clustering": {"threshold": 0.6, "Fa": 0.07, "Fb": 0.8}}
+
+
+def parakeet_shaped_config(tokenizer_dir: str) -> dict:
+    from batch_assets.training.train_asr import model_config
+
+    s = PARAKEET_SIZES
+    config = model_config(tokenizer_dir, d_model=s["d_model"], layers=s["layers"])
+    config["model_defaults"] |= {"pred_hidden": s["pred_hidden"], "joint_hidden": s["joint_hidden"]}
+    config["preprocessor"] |= {"features": s["features"]}
+    config["encoder"] |= {"feat_in": s["features"], "n_heads": s["heads"], "ff_expansion_factor": s["ff_expansion"],
+                          "subsampling_conv_channels": s["subsampling_channels"]}
+    config["decoder"]["prednet"] |= {"pred_hidden": s["pred_hidden"], "pred_rnn_layers": s["pred_layers"]}
+    config["joint"]["jointnet"] |= {"joint_hidden": s["joint_hidden"]}
+    return config
+
+
+def _tokenizer_dir() -> pathlib.Path:
+    from batch_assets.models.builtin import cached_build, fingerprint
+
+    def build(folder: pathlib.Path) -> None:
+        import numpy as np
+
+        from batch_assets.training.corpus import make_sentences
+        from batch_assets.training.train_asr import train_tokenizer
+
+        train_tokenizer(make_sentences(6000, np.random.default_rng(SHAPED_SEED)), folder, VOCABULARY)
+
+    return cached_build("bpe-1024", fingerprint(VOCABULARY, SHAPED_SEED, "bpe-v1"), build)
+
+
+def build_parakeet_shaped(seed: int = SHAPED_SEED):
+    """The parakeet-tdt-0.6b-v2-shaped model, in eval mode on the CPU, seeded random weights."""
+    import torch
+    from nemo.collections.asr.models import EncDecRNNTBPEModel
+    from omegaconf import OmegaConf
+
+    torch.manual_seed(seed)
+    model = EncDecRNNTBPEModel(cfg=OmegaConf.create(parakeet_shaped_config(str(_tokenizer_dir()))))
+    return model.eval()
+
+
+def community1_shaped_path() -> pathlib.Path:
+    from batch_assets.models import builtin, tiny_segmentation
+
+    def build(folder: pathlib.Path) -> None:
+        import numpy as np
+        import torch
+        import yaml
+        from pyannote.audio.core.task import Problem, Resolution, Specifications
+        from pyannote.audio.models.embedding import WeSpeakerResNet34
+
+        from batch_assets.models.pyannote_checkpoint import save_checkpoint
+        from batch_assets.models.tiny_plda import write_plda
+
+        (folder / "segmentation").mkdir()
+        shutil.copyfile(builtin.SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
+        torch.manual_seed(SHAPED_SEED)
+        embedding = WeSpeakerResNet34().eval()
+        embedding.specifications = Specifications(
+            problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=10.0, min_duration=0.5
+        )
+        save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+        write_plda(folder / "plda", EMBEDDING_DIMENSION, lda_dimension=LDA_DIMENSION, rng=np.random.default_rng(SHAPED_SEED))
+        config = {
+            "pipeline": {
+                "name": "pyannote.audio.pipelines.SpeakerDiarization",
+                "params": {
+                    "segmentation": "$model/segmentation", "segmentation_batch_size": 32,
+                    "embedding": "$model/embedding", "embedding_batch_size": 32, "embedding_exclude_overlap": True,
+                    "plda": "$model/plda", "clustering": "VBxClustering",
+                },
+            },
+            "params": COMMUNITY1_PARAMS,
+        }
+        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    key = builtin.fingerprint(builtin.SEGMENTATION_WEIGHTS, tiny_segmentation.ARCHITECTURE, COMMUNITY1_PARAMS,
+                                       EMBEDDING_DIMENSION, LDA_DIMENSION, SHAPED_SEED, "community-1-shaped-v1")
+    return builtin.cached_build("community-1-shaped", key, build)

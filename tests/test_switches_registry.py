@@ -1,0 +1,48 @@
+"""One registry of kill switches (`batch_assets/switches.py`): run config, Levers, Helm values and README agree with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+
+from batch_assets.gpu.assets import GpuSectionConfig, LeverConfig
+from batch_assets.gpu.runner import Levers
+from batch_assets.storage import REPO_ROOT
+from batch_assets.switches import SWITCH_ENV_VARS, SWITCHES, helm_env, readme_table
+
+NAMES = [s.name for s in SWITCHES]
+
+
+def test_switch_names_and_variables_are_unique_and_well_formed():
+    assert len(set(NAMES)) == len(NAMES) == len(set(SWITCH_ENV_VARS.values()))
+    for switch in SWITCHES:
+        assert switch.name.endswith("_enabled") and switch.env_var == f"BATCH_PIPELINE_{switch.name.upper()}"
+        assert switch.description and switch.helm_value in ("true", "false")
+
+
+def test_run_config_has_exactly_the_registry_switches_with_its_descriptions():
+    fields = {name: f for name, f in LeverConfig.model_fields.items() if f.annotation is bool}
+    assert list(fields) == NAMES
+    for switch in SWITCHES:
+        assert switch.description in fields[switch.name].description and switch.env_var in fields[switch.name].description
+    for name in NAMES:  # the launchpad's YAML example shows every switch
+        assert f"{name}: true" in GpuSectionConfig.__doc__
+
+
+def test_the_typed_core_has_a_lever_per_switch():
+    bools = [f.name for f in dataclasses.fields(Levers) if f.type in (bool, "bool")]
+    assert bools == NAMES
+
+
+def test_helm_values_carry_every_switch_made_from_the_registry():
+    text = (REPO_ROOT / "k8s" / "values.yaml").read_text()
+    assert helm_env() in text, "k8s/values.yaml: paste the env entries printed by `python -m batch_assets.switches`"
+    env = yaml.safe_load(text)["dagster-user-deployments"]["deployments"][0]["env"]
+    switches = {e["name"]: e["value"] for e in env if e["name"].startswith("BATCH_PIPELINE_")}
+    assert switches == {s.env_var: s.helm_value for s in SWITCHES}
+
+
+def test_readme_table_is_made_from_the_registry():
+    text = (REPO_ROOT / "README.md").read_text()
+    assert readme_table() in text, "README.md: paste the table printed by `python -m batch_assets.switches`"
