@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-ingest bench-backfill bench-shards
+.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards
 setup:
 	@bash scripts/install.sh
 
@@ -43,6 +43,14 @@ train-diarization: setup
 
 bench-levers: setup
 	$(PY) benchmarks/levers.py --preset cpu --json bench_out/levers.json
+
+# production architectures at production sizes, random weights: < 15 minutes on 2 cores
+bench-levers-production-shaped: setup
+	$(PY) benchmarks/levers.py --preset cpu --models production-shaped --json bench_out/levers-production-shaped.json
+
+# on a machine with one CUDA GPU: all off / seed levers / all on, 2 repeats, < 8 minutes
+bench-levers-gpu: setup
+	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
 
 bench-ingest: setup
 	$(PY) benchmarks/ingest.py

@@ -52,7 +52,7 @@ VARIANTS = {"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS} | {"se
 PRESETS = {
     ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15, "variants": list(VARIANTS)},
     ("tiny", "gpu"): {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1, "variants": list(VARIANTS)},
-    ("production-shaped", "cpu"): {"units": 5, "min_s": 15.0, "max_s": 35.0, "silent_share": 0.15,
+    ("production-shaped", "cpu"): {"units": 4, "min_s": 15.0, "max_s": 30.0, "silent_share": 0.15,
                                    "variants": ["all off", "seed levers", "shared trunk", "all on"]},
     ("production-shaped", "gpu"): {"units": 24, "min_s": 30.0, "max_s": 120.0, "silent_share": 0.1,
                                    "variants": ["all off", "seed levers", "all on"]},

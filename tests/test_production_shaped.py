@@ -1,0 +1,45 @@
+"""The production-shaped models are the production architectures at production sizes, and run through our code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batch_assets.models import production_shaped as shaped
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.slow
+def test_parakeet_shaped_has_parakeet_tdt_0_6b_v2_sizes_and_transcribes_through_our_asr_path():
+    from batch_assets.gpu.asr import Segment, transcribe_segments
+    from batch_assets.models.loaders import load_asr_model
+
+    from .test_embedding_trunk import speech
+
+    model = load_asr_model(shaped.PARAKEET_SHAPED, CPU)
+    assert type(model).__name__ == "EncDecRNNTBPEModel" and not model.training
+    assert 0.60e9 < sum(p.numel() for p in model.parameters()) < 0.64e9
+    encoder = model.encoder
+    assert (len(encoder.layers), encoder.d_model, encoder._feat_in) == (24, 1024, 128)
+    assert model.tokenizer.vocab_size == shaped.VOCABULARY
+    assert list(model.cfg.decoding.durations) == [0, 1, 2, 3, 4]
+    assert model.decoder.pred_hidden == 640 and model.decoder.pred_rnn_layers == 2
+    waveform = speech("meetings/standup.wav", 8)
+    words = transcribe_segments(model, {"u": waveform}, [Segment("u", 0.0, 8.0)], batch_size=1)
+    assert words and all(0.0 <= w.start_s <= w.end_s <= 8.0 for w in words)
+    again = transcribe_segments(model, {"u": waveform}, [Segment("u", 0.0, 8.0)], batch_size=1)
+    assert again == words  # seeded weights, deterministic decoding
+
+
+def test_community1_shaped_is_laid_out_like_community_1():
+    from batch_assets.gpu import pyannote_adapter as adapter
+    from batch_assets.models.loaders import load_diarization_pipeline
+
+    pipeline = load_diarization_pipeline(shaped.COMMUNITY1_SHAPED, CPU, 32, 32)
+    model = adapter.embedding_model(pipeline)
+    assert type(model).__name__ == "WeSpeakerResNet34" and model.dimension == shaped.EMBEDDING_DIMENSION
+    assert 6.5e6 < sum(p.numel() for p in model.parameters()) < 6.8e6
+    assert type(pipeline.clustering).__name__ == "VBxClustering" and pipeline.embedding_exclude_overlap
+    assert pipeline.clustering.plda(torch.zeros(2, 256).numpy() + 0.1).shape == (2, shaped.LDA_DIMENSION)
+    assert (pipeline.clustering.threshold, pipeline.clustering.Fa, pipeline.clustering.Fb) == (0.6, 0.07, 0.8)
