@@ -2,8 +2,8 @@
 
 Loads the builtin models through the project's loaders onto the device, packs the sample partition's
 units into one flight, and runs `process_flight` (VAD -> diarization -> ASR -> attribution) with all
-levers on, each relevant lever off, and all off: every variant must give identical regions, turns,
-embeddings and words. Reports stage seconds, segmentation forwards and CUDA peak memory. No Dagster
+levers on, each relevant lever off, and all off: every variant must give identical regions, turns and
+words, and embeddings identical or (shared trunk, CUDA batch shapes) within the last float bits. Reports stage seconds, segmentation forwards and CUDA peak memory. No Dagster
 or polars needed, so it runs on a bare GPU machine with the model libraries carried as wheels.
 
     python benchmarks/gpu_section_check.py [--device cuda] [--tile 4] [--out report.json]
@@ -24,11 +24,12 @@ from batch_assets.audio.decode import to_target
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from report import cuda_peak_mib, emit  # noqa: E402
-VARIANTS = {
-    "all_on": (True, True),
-    "reuse_off": (False, True),
-    "graphs_off": (True, False),
-    "all_off": (False, False),
+VARIANTS = {  # (reuse segmentation, cuda graphs, shared embedding trunk)
+    "all_on": (True, True, True),
+    "reuse_off": (False, True, True),
+    "graphs_off": (True, False, True),
+    "trunk_off": (True, True, False),
+    "all_off": (False, False, False),
 }
 
 
@@ -43,6 +44,10 @@ def sample_flight(tile: int) -> tuple[np.ndarray, list[dict]]:
             pieces.append(audio)
             offset += len(audio)
     return np.concatenate(pieces), units
+
+
+def _difference(a, b) -> float:
+    return float("inf") if b is None or len(a) != len(b) else float(np.max(np.abs(np.array(a) - np.array(b))))
 
 
 def summary(outcomes) -> dict:
@@ -78,21 +83,22 @@ def main() -> None:
     report = {"device": str(device), "torch": torch.__version__, "audio_s": len(audio) / 16000, "units": len(units),
               "model_load_s": round(models.load_seconds, 2), "variants": {}}
     results = {}
-    for name, (reuse, graphs) in VARIANTS.items():
+    for name, (reuse, graphs, trunk) in VARIANTS.items():
         models.decoder_settings = apply_decoder_mode(asr, graphs, models.decoder_settings)
         stats = SectionStats()
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        levers = Levers(vad_segmentation_reuse_enabled=reuse, asr_cuda_graphs_enabled=graphs)
+        levers = Levers(vad_segmentation_reuse_enabled=reuse, asr_cuda_graphs_enabled=graphs, embedding_shared_trunk_enabled=trunk)
         outcomes = process_flight(models, "flight-0000", audio, units, levers, stats)
         if device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         results[name] = summary(outcomes)
         report["variants"][name] = {
-            "reuse": reuse, "graphs": graphs, "section_s": round(wall, 3),
+            "reuse": reuse, "graphs": graphs, "shared_trunk": trunk, "section_s": round(wall, 3),
+            "embedding_work": dict(stats.embedding_work),
             "stage_s": {k: round(v, 3) for k, v in stats.seconds.items()},
             "segmentation_forwards": dict(stats.segmentation_forwards),
             "decoder_modes": sorted(stats.decoder_modes),
@@ -103,6 +109,13 @@ def main() -> None:
         }
         report["variants"][name]["cuda_peak_mib"] = cuda_peak_mib(torch, device)
     report["identical_to_all_on"] = {name: results[name] == results["all_on"] for name in VARIANTS}
+    without_embeddings = {name: {u: {k: v for k, v in r.items() if k != "embeddings"} for u, r in res.items()}
+                          for name, res in results.items()}
+    report["identical_to_all_on_but_embeddings"] = {name: without_embeddings[name] == without_embeddings["all_on"] for name in VARIANTS}
+    report["max_embedding_difference_to_all_on"] = {  # the shared trunk's batch shapes may move the last float bits on CUDA
+        name: max((_difference(e, (results["all_on"][u]["embeddings"] or {}).get(label))
+                   for u, r in results[name].items() if r["embeddings"] for label, e in r["embeddings"].items()), default=0.0)
+        for name in VARIANTS}
     emit(report, args.out)
 
 

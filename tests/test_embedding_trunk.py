@@ -11,7 +11,12 @@ import soundfile as sf
 import torch
 
 from batch_assets.gpu import pyannote_adapter as adapter
-from batch_assets.gpu.diarization import SHARED_TRUNK, STOCK_SWITCHED_OFF, diarize, make_levered
+from batch_assets.gpu.diarization import (
+    SHARED_TRUNK,
+    STOCK_SWITCHED_OFF,
+    diarize,
+    make_levered,
+)
 from batch_assets.gpu.vad import as_pyannote_file
 from batch_assets.models import builtin
 from batch_assets.models.loaders import load_diarization_pipeline
@@ -87,7 +92,7 @@ def test_production_shaped_shared_trunk_is_bitwise_stock(production_shaped):
     assert_same_diarization(stock, shared)
     for label in stock.embeddings:
         assert np.array_equal(shared.embeddings[label], stock.embeddings[label])
-    segmentations, (stock_pairs, shared_pairs) = pair_embeddings(production_shaped, waveform)
+    _, (stock_pairs, shared_pairs) = pair_embeddings(production_shaped, waveform)
     assert np.array_equal(shared_pairs, stock_pairs), "WeSpeaker ResNet34 on CPU: every pair's embedding, bit for bit"
     work = shared.embedding_work
     assert work.trunk_forwards <= work.chunks and work.pooled_pairs == work.active_pairs < work.pairs

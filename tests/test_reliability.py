@@ -310,13 +310,28 @@ def test_sigterm_in_the_gpu_step_fails_the_run_and_frees_its_slot(tmp_path):
 def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
     code = ("from batch_assets.gpu.lock import device_section\n"
             f"with device_section({str(tmp_path)!r}, 'cpu'):\n    print('entered', flush=True)\n")
+    def default_signals() -> None:
+        # What a run worker starts with. The test runner's own state must not leak in: once, in a full suite run,
+        # this child ignored both signals (inherited from pytest, whatever earlier test or library set it there).
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_DFL)
+
+    status = pathlib.Path("/proc/thread-self/status").read_text().splitlines()
+    parent = {k: v.strip() for k, v in (line.split(":", 1) for line in status) if k in ("SigIgn", "SigBlk")}
     with filelock.FileLock(str(lock_path(str(tmp_path), "cpu"))):
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                preexec_fn=default_signals)  # noqa: PLW1509 (signal state only, no locks taken)
         time.sleep(3)  # importing and waiting on the lock
         assert proc.poll() is None
         sent = time.monotonic()
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child = pathlib.Path(f"/proc/{proc.pid}/status").read_text()
+            proc.kill()
+            raise AssertionError(f"the waiting process ignored {sig!r}; pytest's {parent}; the child's:\n{child}") from None
     assert time.monotonic() - sent < 10 and proc.returncode != 0 and "entered" not in proc.stdout.read()
 
 

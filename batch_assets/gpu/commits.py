@@ -114,7 +114,9 @@ class FlightCommits:
         for flight_id in flight_ids:
             for name in FRAGMENTS:
                 parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition, f"{self.root_run_id}/{flight_id}/{name}"))
-        return {name: pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=FRAGMENTS[name])
+        # diagonal, on the schema's empty frame: a flight committed before a column was added (a run resumed
+        # across a deploy) gets nulls in it rather than failing the assembly
+        return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal").select(list(FRAGMENTS[name]))
                 for name, frames in parts.items()}
 
     def discard(self) -> None:

@@ -26,7 +26,9 @@ models users run. These two names can be given wherever a model name goes (`BATC
   only raise what lever 2 saves, so this under-states, not over-states, the diarization levers.
 
 Builds are seeded and cached like the tiny builtins (`builtin.py`); the 0.6 B-parameter ASR model is
-built in memory on each load (seconds), not written to a 2.4 GB `.nemo`.
+built in memory on each load (seconds), not written to a 2.4 GB `.nemo`. Its 1024-piece tokenizer is
+trained on the training corpus's generated sentences, which need the `dev` extras (`wordfreq`; `make
+setup` installs them): these are bench and test models, not something a production image needs.
 """
 
 from __future__ import annotations
