@@ -9,8 +9,14 @@ import pytest
 import soundfile as sf
 
 from batch_assets.gpu import resources as gpu_resources
-from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode, check_decoder_mode, observe_decoder
+from batch_assets.gpu.asr import (
+    DecoderModeError,
+    apply_decoder_mode,
+    check_decoder_mode,
+    observe_decoder,
+)
 from batch_assets.gpu.diarization import diarize
+from batch_assets.gpu.pyannote_adapter import segmentation_inference
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.vad import as_pyannote_file, run_vad
 from batch_assets.storage import REPO_ROOT
@@ -35,7 +41,7 @@ def speech() -> np.ndarray:
 def test_vad_regions_are_exactly_pyannotes_voice_activity_detection(models, speech):
     from pyannote.audio.pipelines import VoiceActivityDetection
 
-    inference = models.diarization._segmentation
+    inference = segmentation_inference(models.diarization)
     reference = VoiceActivityDetection(segmentation=inference.model, batch_size=inference.batch_size)
     reference.instantiate({"min_duration_on": 0.0, "min_duration_off": 0.0})
     expected = [(s.start, s.end) for s in reference(as_pyannote_file(speech, "u")).get_timeline().support()]

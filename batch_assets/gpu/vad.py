@@ -52,6 +52,8 @@ def speech_regions(segmentation_inference, scores, duration_s: float) -> list[tu
 
 
 def run_vad(pipeline, waveform: np.ndarray, uri: str) -> VadResult:
-    inference = pipeline._segmentation  # the diarization pipeline's own segmentation step
+    from batch_assets.gpu.pyannote_adapter import segmentation_inference
+
+    inference = segmentation_inference(pipeline)  # the diarization pipeline's own segmentation step
     scores = inference(as_pyannote_file(waveform, uri))
     return VadResult(scores=scores, regions=speech_regions(inference, scores, len(waveform) / SAMPLE_RATE))
