@@ -24,6 +24,4 @@ class StorageJsonIOManager(dg.ConfigurableIOManager):
         self.storage.write_bytes(self._url(context), json.dumps(obj).encode())
 
     def load_input(self, context: dg.InputContext):
-        fs, path = self.storage.filesystem(self._url(context.upstream_output))
-        with fs.open(path, "rb") as handle:
-            return json.loads(handle.read())
+        return json.loads(self.storage.read_bytes(self._url(context.upstream_output)))

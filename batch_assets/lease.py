@@ -28,6 +28,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from batch_assets.storage import is_local, protocol
+
 LEASE_FOLDER = ".leases"
 _GENERATION = re.compile(r"gen-\d{6}\.json")  # not the temporary names a renewal writes beside it
 
@@ -46,8 +48,7 @@ _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict"}
 
 def _exclusive_create(fs, path: str, data: bytes) -> bool:
     """Create `path` holding `data` only if it does not exist; False if it does (or another writer got there first)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("s3", "s3a"):
+    if protocol(fs) in ("s3", "s3a"):
         bucket, key = path.split("/", 1)
         try:
             fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
@@ -60,8 +61,8 @@ def _exclusive_create(fs, path: str, data: bytes) -> bool:
             raise
         fs.invalidate_cache(posixpath.dirname(path))
         return True
-    if protocol not in ("file", "local"):
-        raise NotImplementedError(f"partition leases need an exclusive create: local folders and S3 only, not {protocol}://")
+    if not is_local(fs):
+        raise NotImplementedError(f"partition leases need an exclusive create: local folders and S3 only, not {protocol(fs)}://")
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
     with open(tmp, "wb") as handle:  # whole before it is visible: a kill mid-write leaves no half record
@@ -80,13 +81,19 @@ class PartitionLease:
                  holder_alive: Callable[[str], bool | None] = lambda _: None):
         self.storage, self.partition, self.holder, self.ttl_s = storage, partition, holder, ttl_s
         self.holder_alive = holder_alive  # True/False when known (the instance's run status), None when not
-        self.fs, self.root = storage.filesystem(posixpath.join(storage.storage_url.rstrip("/"), LEASE_FOLDER, partition))
+        self.url = posixpath.join(storage.storage_url.rstrip("/"), LEASE_FOLDER, partition)
+        self.fs, self.root = storage.filesystem(self.url)
         self.generation: int | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
+    @staticmethod
+    def _name(generation: int) -> str:
+        return f"gen-{generation:06d}.json"
+
     def _path(self, generation: int) -> str:
-        return posixpath.join(self.root, f"gen-{generation:06d}.json")
+        """The record's path on `self.fs` (exclusive create, removal)."""
+        return posixpath.join(self.root, self._name(generation))
 
     def _current(self) -> tuple[int, dict | None]:
         self.fs.invalidate_cache(self.root)
@@ -160,7 +167,8 @@ class PartitionLease:
                 self.fs.rm(self._path(old))
 
     def _storage_url(self, generation: int) -> str:
-        return posixpath.join(self.storage.storage_url.rstrip("/"), LEASE_FOLDER, self.partition, f"gen-{generation:06d}.json")
+        """The record's URL, for the storage's atomic `write_bytes` (renewal, release)."""
+        return posixpath.join(self.url, self._name(generation))
 
     def _renew_forever(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):

@@ -155,6 +155,12 @@ class StorageResource(dg.ConfigurableResource):
         with fs.open(path, "rb") as handle:
             return np.load(io.BytesIO(handle.read()), allow_pickle=False)
 
+    def read_bytes(self, url: str) -> bytes:
+        """A whole file's bytes (FileNotFoundError when it does not exist)."""
+        fs, path = self.filesystem(url)
+        with fs.open(path, "rb") as handle:
+            return handle.read()
+
     def write_bytes(self, url: str, data: bytes) -> None:
         """Write through a temporary name then move into place, so readers never see half a file."""
         fs, path = self.filesystem(url)
@@ -219,10 +225,14 @@ class PartitionOutputs:
         return stale
 
 
+def protocol(fs: fsspec.AbstractFileSystem) -> str:
+    """`fs`'s main protocol name ("file", "s3", ...)."""
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """Whether `fs` is the local filesystem (where folders, symlinks and permissions are real)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
+    return protocol(fs) in ("file", "local")
 
 
 def remove_empty_folders(root: str) -> None:

@@ -38,7 +38,7 @@ from batch_assets.gpu.tables import (
     tables_to_keep,
     transcript_tables,
 )
-from batch_assets.ingest.assets import class_counts, lease_wait_field, partition_lease, preflight
+from batch_assets.ingest.assets import GPU_ASSET_KEYS, class_counts, lease_wait_field, partition_lease, preflight
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
@@ -47,7 +47,6 @@ from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
 
 GROUP = "gpu"
 GPU_POOL = "gpu"
-GPU_ASSETS = ("vad_scores", "diarization", "transcripts")
 GPU_K8S_CONFIG = {
     "container_config": {
         "resources": {
@@ -133,6 +132,11 @@ def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
     return "\n".join(lines)
 
 
+def root_run_id(context) -> str:
+    """The id flight commits are keyed by: the same across retries and re-executions from failure of one run."""
+    return context.run.root_run_id or context.run.run_id
+
+
 def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str] | None:
     """The unit_ids an analyst asked to rerun (by unit_id or relative key); None means the whole partition."""
     requested = list(requested)
@@ -151,7 +155,7 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
        out=dg.DynamicOut(dict, io_manager_key=GPU_IO), description="Group each partition's flights into GPU shards")
 def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, storage: StorageResource):
     selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
-    if selected != sorted(GPU_ASSETS):
+    if selected != sorted(GPU_ASSET_KEYS):
         raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
                          f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
     partitions = context.partition_keys
@@ -198,14 +202,15 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.runner import FlightWork, Levers, run_section
 
-    partition = shard["partition"]
-    commits = FlightCommits(storage, partition, context.run.root_run_id or context.run.run_id)
+    partition, root = shard["partition"], root_run_id(context)
+    commits = FlightCommits(storage, partition, root)
+    switches = {s.name: getattr(config, s.name) for s in SWITCHES}
     report = {"partition": partition, "shard": shard["shard"], "flights": shard["flights"], "units": shard["units"],
               "audio_s": shard["audio_s"], "resumed_flights": [f for f in shard["flights"] if commits.committed(f)],
-              "switches": {s.name: getattr(config, s.name) for s in SWITCHES}}
+              "switches": switches}
     pending = [f for f in shard["flights"] if f not in report["resumed_flights"]]
     if report["resumed_flights"]:
-        context.log.warning(f"{partition} shard {shard['shard']}: resuming run {context.run.root_run_id or context.run.run_id}: "
+        context.log.warning(f"{partition} shard {shard['shard']}: resuming run {root}: "
                             f"{len(report['resumed_flights'])} flight(s) already committed, {len(pending)} to process")
     if not pending:
         return report | {"processed_flights": [], "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
@@ -223,7 +228,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
         counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
         seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
         models = gpu.load(context.log)
-        levers = Levers(**{s.name: getattr(config, s.name) for s in SWITCHES}, decode_budget_seconds=config.decode_budget_seconds,
+        levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                         prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
         try:
             section = run_section(
@@ -262,7 +267,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
 
 @dg.op(
     ins={"reports": dg.In(list)},
-    out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSETS},
+    out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
     description="Assemble each partition's three tables from its shards' flight commits and replace them atomically",
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, storage: StorageResource, gpu: GpuResource, reports: list):
@@ -272,7 +277,7 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, storage: StorageResou
         with partition_lease(context, storage, partition).held(log=context.log.warning):
             for asset, metadata in assemble_partition(context, storage, gpu, partition, mine, len(partitions)).items():
                 context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
-    for asset in GPU_ASSETS:
+    for asset in GPU_ASSET_KEYS:
         yield dg.Output(None, asset)
 
 
@@ -310,7 +315,7 @@ def assemble_partition(context: dg.AssetExecutionContext, storage: StorageResour
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = set(reports[0]["units"]) if reports and reports[0]["units"] is not None else None
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
-    commits = FlightCommits(storage, partition, context.run.root_run_id or context.run.run_id)
+    commits = FlightCommits(storage, partition, root_run_id(context))
     flight_ids = [f for r in reports for f in r["flights"]]
     fragments = commits.tables(flight_ids)
     whole = chosen is None
@@ -323,7 +328,7 @@ def assemble_partition(context: dg.AssetExecutionContext, storage: StorageResour
     if not whole:
         tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
     uris = {}
-    for asset in GPU_ASSETS:
+    for asset in GPU_ASSET_KEYS:
         with storage.replace_partition(asset, partition, remove_stale=whole) as out:
             if asset == "vad_scores":
                 out.keep(commits.scores_paths(flight_ids))  # written by the shards, referenced by these tables

@@ -52,10 +52,8 @@ class FlightCommits:
         return f"scores/{self.root_run_id}/{unit_id}"
 
     def _record(self, flight_id: str) -> dict | None:
-        fs, path = self.storage.filesystem(self._url(f"{flight_id}.commit.json"))
         try:
-            with fs.open(path, "rb") as handle:
-                return json.loads(handle.read())
+            return json.loads(self.storage.read_bytes(self._url(f"{flight_id}.commit.json")))
         except FileNotFoundError:
             return None
 

@@ -162,9 +162,10 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
                     embeddings[:] = zero
                 rows, speakers = np.nonzero(active[batch])
                 if len(rows):
-                    pair_weights = torch.from_numpy(weights[np.asarray(batch)[rows] * num_speakers + speakers]).to(frames.device)
+                    pair_chunks = np.asarray(batch)[rows]
+                    pair_weights = torch.from_numpy(weights[pair_chunks * num_speakers + speakers]).to(frames.device)
                     pooled = model.forward_embedding(frames[torch.from_numpy(rows).to(frames.device)], weights=pair_weights)
-                    embeddings[np.asarray(batch)[rows], speakers] = pooled.cpu().numpy()
+                    embeddings[pair_chunks, speakers] = pooled.cpu().numpy()
                     work.pooled_pairs += len(rows)
                 if hook is not None:
                     hook("embeddings", None, total=len(batches), completed=i)

@@ -21,7 +21,7 @@ from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file,
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, download
 from batch_assets.ingest.units import is_audio, key_problem, relative_key, unit_ids
 from batch_assets.results import ResultClass
-from batch_assets.storage import is_local
+from batch_assets.storage import is_local, protocol
 
 MANIFEST_SCHEMA = {
     "unit_id": pl.String,
@@ -81,8 +81,7 @@ def list_local(partition_path: str) -> tuple[list[str], dict[str, str], dict[str
 
 
 def uri_of(fs, path: str) -> str:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return path if protocol in ("file", "local") else f"{protocol}://{path}"
+    return path if is_local(fs) else f"{protocol(fs)}://{path}"
 
 
 def describe_object(

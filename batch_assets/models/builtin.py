@@ -97,41 +97,19 @@ def tiny_diarization_path() -> pathlib.Path:
     def build(folder: pathlib.Path) -> None:
         import torch
 
-        from batch_assets.models.pyannote_checkpoint import save_checkpoint
         from batch_assets.models.tiny_embedding import TinyXVector
         from batch_assets.models.tiny_plda import write_plda
 
-        (folder / "segmentation").mkdir()
-        shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
-        from pyannote.audio.core.task import Problem, Resolution, Specifications
-
+        copy_segmentation(folder)
         if EMBEDDING_WEIGHTS.exists() and PLDA_DIR.exists():  # trained: the shipped default
             (folder / "embedding").mkdir()
             shutil.copyfile(EMBEDDING_WEIGHTS, folder / "embedding" / "pytorch_model.bin")
             shutil.copytree(PLDA_DIR, folder / "plda")
         else:  # before any training: seeded random embeddings and a neutral PLDA
             torch.manual_seed(BUILTIN_SEED)
-            embedding = TinyXVector(dimension=EMBEDDING_DIMENSION).eval()
-            embedding.specifications = Specifications(
-                problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5
-            )
-            save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+            save_embedding(TinyXVector(dimension=EMBEDDING_DIMENSION), folder, duration=3.0)
             write_plda(folder / "plda", EMBEDDING_DIMENSION)
-        config = {
-            "pipeline": {
-                "name": "pyannote.audio.pipelines.SpeakerDiarization",
-                "params": {
-                    "segmentation": "$model/segmentation",
-                    "embedding": "$model/embedding",
-                    "plda": "$model/plda",
-                    "clustering": "VBxClustering",
-                    "segmentation_step": 0.1,
-                    "embedding_exclude_overlap": True,
-                },
-            },
-            "params": diarization_params(),
-        }
-        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        write_pipeline_config(folder, diarization_params())
 
     trained = [p for p in (EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz", PLDA_DIR / "xvec_transform.npz", DIARIZATION_REPORT) if p.exists()]
     key = fingerprint(
@@ -144,6 +122,44 @@ def tiny_diarization_path() -> pathlib.Path:
         "embedding-v1",
     )
     return cached_build("tiny-diarization", key, build)
+
+
+def copy_segmentation(folder: pathlib.Path) -> None:
+    """The shipped (trained) tiny segmentation model into a pipeline folder's `segmentation/`."""
+    (folder / "segmentation").mkdir()
+    shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
+
+
+def save_embedding(model, folder: pathlib.Path, duration: float) -> None:
+    """An embedding model (in eval mode) as a pipeline folder's `embedding/` checkpoint, with its specification."""
+    from pyannote.audio.core.task import Problem, Resolution, Specifications
+
+    from batch_assets.models.pyannote_checkpoint import save_checkpoint
+
+    model.eval()
+    model.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK,
+                                          duration=duration, min_duration=0.5)
+    save_checkpoint(model, folder / "embedding" / "pytorch_model.bin")
+
+
+def write_pipeline_config(folder: pathlib.Path, params: dict, **pipeline_params: object) -> None:
+    """A pipeline folder's `config.yaml`: pyannote's SpeakerDiarization over the folder's segmentation, embedding and
+    PLDA, VBx clustering, 10 segmentation steps per chunk, overlap-free embeddings; `params` instantiate it."""
+    config = {
+        "pipeline": {
+            "name": "pyannote.audio.pipelines.SpeakerDiarization",
+            "params": {
+                "segmentation": "$model/segmentation",
+                "embedding": "$model/embedding",
+                "plda": "$model/plda",
+                "clustering": "VBxClustering",
+                "segmentation_step": 0.1,
+                "embedding_exclude_overlap": True,
+            } | pipeline_params,
+        },
+        "params": params,
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def diarization_params() -> dict:

@@ -21,7 +21,7 @@ from batch_assets.models.environment import quiet_model_libraries
 def _local_or_name(name: str) -> str | pathlib.Path:
     if name == production_shaped.COMMUNITY1_SHAPED:
         return production_shaped.community1_shaped_path()
-    if builtin.is_builtin(name) and name != production_shaped.PARAKEET_SHAPED:
+    if builtin.is_builtin(name):
         return builtin.resolve(name)
     path = pathlib.Path(name).expanduser()
     return path if path.exists() else name
@@ -31,10 +31,9 @@ def load_asr_model(name: str, device):
     quiet_model_libraries()
     from nemo.collections.asr.models import ASRModel
 
-    source = _local_or_name(name)
-    if name == production_shaped.PARAKEET_SHAPED:
+    if name == production_shaped.PARAKEET_SHAPED:  # built in memory: no file to restore
         model = production_shaped.build_parakeet_shaped()
-    elif isinstance(source, pathlib.Path):
+    elif isinstance(source := _local_or_name(name), pathlib.Path):
         model = ASRModel.restore_from(str(source), map_location=device)
     else:
         model = ASRModel.from_pretrained(source, map_location=device)

@@ -34,7 +34,6 @@ setup` installs them): these are bench and test models, not something a producti
 from __future__ import annotations
 
 import pathlib
-import shutil
 
 PARAKEET_SHAPED = "builtin:parakeet-tdt-0.6b-v2-shaped"
 COMMUNITY1_SHAPED = "builtin:community-1-shaped"
@@ -95,35 +94,16 @@ def community1_shaped_path() -> pathlib.Path:
     def build(folder: pathlib.Path) -> None:
         import numpy as np
         import torch
-        import yaml
-        from pyannote.audio.core.task import Problem, Resolution, Specifications
         from pyannote.audio.models.embedding import WeSpeakerResNet34
 
-        from batch_assets.models.pyannote_checkpoint import save_checkpoint
         from batch_assets.models.tiny_plda import write_plda
 
-        (folder / "segmentation").mkdir()
-        shutil.copyfile(builtin.SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
+        builtin.copy_segmentation(folder)
         torch.manual_seed(SHAPED_SEED)
-        embedding = WeSpeakerResNet34().eval()
-        embedding.specifications = Specifications(
-            problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=10.0, min_duration=0.5
-        )
-        save_checkpoint(embedding, folder / "embedding" / "pytorch_model.bin")
+        builtin.save_embedding(WeSpeakerResNet34(), folder, duration=10.0)
         write_plda(folder / "plda", EMBEDDING_DIMENSION, lda_dimension=LDA_DIMENSION, rng=np.random.default_rng(SHAPED_SEED))
-        config = {
-            "pipeline": {
-                "name": "pyannote.audio.pipelines.SpeakerDiarization",
-                "params": {
-                    "segmentation": "$model/segmentation", "segmentation_batch_size": 32,
-                    "embedding": "$model/embedding", "embedding_batch_size": 32, "embedding_exclude_overlap": True,
-                    "plda": "$model/plda", "clustering": "VBxClustering",
-                },
-            },
-            "params": COMMUNITY1_PARAMS,
-        }
-        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        builtin.write_pipeline_config(folder, COMMUNITY1_PARAMS, segmentation_batch_size=32, embedding_batch_size=32)
 
     key = builtin.fingerprint(builtin.SEGMENTATION_WEIGHTS, tiny_segmentation.ARCHITECTURE, COMMUNITY1_PARAMS,
-                                       EMBEDDING_DIMENSION, LDA_DIMENSION, SHAPED_SEED, "community-1-shaped-v1")
+                              EMBEDDING_DIMENSION, LDA_DIMENSION, SHAPED_SEED, "community-1-shaped-v2")
     return builtin.cached_build("community-1-shaped", key, build)
