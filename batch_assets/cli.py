@@ -1,5 +1,6 @@
 """`batch-assets run`: run the job `transcribe_partition` (five assets and their checks) for a partition;
-`batch-assets show`: print a partition's speaker-attributed transcripts from its tables.
+`batch-assets show`: print a partition's speaker-attributed transcripts from its tables;
+`batch-assets models fetch`: fill the model caches once (what the Kubernetes model-cache Job runs).
 
 Runs on the embedded default: local files (the bundled sample partition unless
 BATCH_ASSETS_SOURCE_URL says otherwise), the SQLite instance under `dagster_home/` (so the runs show up
@@ -143,6 +144,33 @@ def dev(host: str, port: int, grace_s: float = 10.0) -> int:
     return 0 if stop else proc.returncode
 
 
+def _folder_bytes(path) -> int:
+    import pathlib
+
+    return sum(p.stat().st_size for p in pathlib.Path(path).rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def fetch_models() -> int:
+    """Load the configured models once (BATCH_ASSETS_ASR_MODEL, BATCH_ASSETS_DIARIZATION_PIPELINE; CPU), which fills
+    the caches the step pods read: the Hugging Face hub cache (HF_HOME: parakeet's .nemo, community-1's files) and
+    the builtin models' cache (BATCH_ASSETS_MODEL_CACHE); prints each cache and its size."""
+    from huggingface_hub import constants
+
+    from batch_assets.gpu.loaded import load_models
+    from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT, cache_root
+    from batch_assets.settings import env_str
+
+    asr = env_str("BATCH_ASSETS_ASR_MODEL", TINY_TDT)
+    pipeline = env_str("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION)
+    import torch
+
+    loaded = load_models(asr, pipeline, torch.device("cpu"))
+    print(f"batch-assets: loaded {asr} and {pipeline} in {loaded.load_seconds:.1f} s")
+    for name, path in (("HF_HOME hub cache", constants.HF_HUB_CACHE), ("BATCH_ASSETS_MODEL_CACHE", cache_root())):
+        print(f"batch-assets: {name}: {path}: {_folder_bytes(path) / 2**20:.1f} MiB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser = sub.add_parser("dev", help="dagster dev (webserver + daemon) that stops cleanly on Ctrl-C or SIGTERM")
     dev_parser.add_argument("--host", default="127.0.0.1")
     dev_parser.add_argument("--port", type=int, default=3000)
+    models_parser = sub.add_parser("models", help="the model caches")
+    models_parser.add_argument("action", choices=["fetch"], help="fetch: load the configured models once, filling the caches")
     args = parser.parse_args(argv)
+    if args.command == "models":
+        return fetch_models()
     if args.command == "dev":
         return dev(args.host, args.port)
     if args.command == "show":

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from batch_assets.storage import is_local, protocol
+from batch_assets.storage import is_local, protocol, remove_path
 
 LEASE_FOLDER = ".leases"
 _GENERATION = re.compile(r"gen-\d{6}\.json")  # not the temporary names a renewal writes beside it
@@ -164,7 +164,7 @@ class PartitionLease:
     def _prune(self, newest: int) -> None:
         for old in range(max(1, newest - 20), newest - 1):  # keep the last two generations
             with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(self._path(old))
+                remove_path(self.fs, self._path(old))
 
     def _storage_url(self, generation: int) -> str:
         """The record's URL, for the storage's atomic `write_bytes` (renewal, release)."""

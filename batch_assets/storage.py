@@ -12,6 +12,7 @@ import io
 import os
 import pathlib
 import posixpath
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -75,8 +76,14 @@ class StorageResource(dg.ConfigurableResource):
         return options
 
     def filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-        """The filesystem for a URL and the URL's path inside it."""
-        return fsspec.core.url_to_fs(url, **self._storage_options(url))
+        """The filesystem for a URL and the URL's path inside it.
+
+        A path is only a path: not fsspec's URL chain (`url_to_fs` reads `a::b` as two filesystems, so a
+        key like `call::1.wav` would open a file named `call`), and never a glob (see `remove_path`).
+        """
+        scheme, _ = fsspec.core.split_protocol(url)
+        fs = fsspec.filesystem(scheme or "file", **self._storage_options(url))
+        return fs, fs._strip_protocol(url)
 
     # -- source audio ---------------------------------------------------------------------------
     def source_partition_url(self, partition: str) -> str:
@@ -106,7 +113,7 @@ class StorageResource(dg.ConfigurableResource):
                 fs.makedirs(posixpath.dirname(path), exist_ok=True)
             with fs.open(path, "wb") as handle:
                 handle.write(b"batch_assets write check\n")
-            fs.rm(path)
+            remove_path(fs, path)
             if is_local(fs):
                 with contextlib.suppress(OSError):
                     os.rmdir(posixpath.dirname(path))
@@ -117,8 +124,12 @@ class StorageResource(dg.ConfigurableResource):
                 "Nothing was fetched and no model was loaded."
             ) from None
 
+    def url(self, *parts: str) -> str:
+        """A URL under the output root."""
+        return _join(self.storage_url, *parts)
+
     def output_url(self, asset: str, partition: str, *name: str) -> str:
-        return _join(self.storage_url, asset, partition, *name)
+        return self.url(asset, partition, *name)
 
     def write_parquet(self, frame: pl.DataFrame, asset: str, partition: str, name: str) -> str:
         url = self.output_url(asset, partition, f"{name}.parquet")
@@ -162,21 +173,49 @@ class StorageResource(dg.ConfigurableResource):
             return handle.read()
 
     def write_bytes(self, url: str, data: bytes) -> None:
-        """Write through a temporary name then move into place, so readers never see half a file."""
+        """Replace the file whole, so readers never see half of it.
+
+        Locally: a temporary file beside it, flushed to disk, then renamed over it (`os.replace`, atomic).
+        On an object store: one PUT, which replaces the object atomically. No copy or move through fsspec:
+        its copy expands `[`, `]`, `*` and `?` in the source path as a glob (a step key such as
+        `gpu_section.gpu_shard[20260201_s000]` then matches nothing), and a temporary object could be left behind.
+        """
         fs, path = self.filesystem(url)
-        if is_local(fs):  # object stores have no folders (and s3fs's makedirs would create a missing bucket)
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if not is_local(fs):
+            fs.pipe_file(path, data)
+            return
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with fs.open(tmp, "wb") as handle:
-            handle.write(data)
-        fs.mv(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def remove_tree(self, url: str) -> int:
+        """Remove every file under `url` (a folder or prefix), no glob; returns how many were removed."""
+        fs, root = self.filesystem(url)
+        if is_local(fs):
+            if not os.path.isdir(root):
+                return 0
+            count = sum(len(files) for _, _, files in os.walk(root))
+            shutil.rmtree(root)
+            return count
+        paths = fs.find(root)
+        for path in paths:
+            remove_path(fs, path)
+        return len(paths)
 
     @contextlib.contextmanager
     def replace_partition(self, asset: str, partition: str, remove_stale: bool = True) -> Iterator[PartitionOutputs]:
         """One materialization's outputs for (asset, partition), replacing the previous ones.
 
-        Tables are written under a temporary name and moved into place (an atomic rename locally; on S3
-        the final key is written by one copy, so it appears whole), so a reader sees the old table or the
+        Tables are written whole (`write_bytes`: a temporary file renamed into place locally; one PUT on S3,
+        so the object appears whole), so a reader sees the old table or the
         new one, never half of one and never an empty folder. Arrays go to a folder of their own per
         materialization (`outputs.version`), so the previous tables keep pointing at the previous
         arrays until they are replaced. Once everything is written, whatever the previous
@@ -219,7 +258,7 @@ class PartitionOutputs:
             return []
         stale = [path for path in fs.find(root) if path not in self.written and ".tmp-" not in posixpath.basename(path)]
         for path in stale:
-            fs.rm(path)
+            remove_path(fs, path)
         if is_local(fs):  # object stores have no folders; a local one keeps empty version folders unless removed
             remove_empty_folders(root)
         return stale
@@ -233,6 +272,14 @@ def protocol(fs: fsspec.AbstractFileSystem) -> str:
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """Whether `fs` is the local filesystem (where folders, symlinks and permissions are real)."""
     return protocol(fs) in ("file", "local")
+
+
+def remove_path(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Remove one file. Not `fs.rm`: it expands `[`, `]`, `*` and `?` in the path as a glob."""
+    if is_local(fs):
+        os.remove(path)
+    else:
+        fs.rm_file(path)
 
 
 def remove_empty_folders(root: str) -> None:

@@ -36,6 +36,13 @@ if ! command -v espeak-ng >/dev/null && command -v apt-get >/dev/null && [[ $(id
     || echo "install.sh: espeak-ng not installed (only needed to regenerate sample/training speech)" >&2
 fi
 
+# PostgreSQL's server binaries: the deployed-configuration tests start a real server of their own on loopback
+# (tests/servers.py). Best effort, as above; without them those tests fail saying how to install them.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+    || echo "install.sh: postgresql not installed (needed by tests/test_deployed.py)" >&2
+fi
+
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   torch_spec="torch==2.13.0"          # CUDA wheel from the index
 else

@@ -77,3 +77,39 @@ def sample_run(tmp_path_factory, lock_dir):
     result = materialize_partition(resources)
     assert result.success
     return result, resources["storage"]
+
+
+# every sample unit in a flight of its own (units are 20-50 s): five flights
+FLIGHTS_OF_ONE = {"prepared_flights": {"config": {"decode_budget_seconds": 50.0}}}
+TABLES = [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
+          ("vad_scores", "units"), ("vad_scores", "regions")]
+
+
+def tables_of(storage, partition: str = SAMPLE_PARTITION) -> dict:
+    """The three GPU assets' six tables of a partition."""
+    return {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLES}
+
+
+def assert_same_results(a: dict, b: dict) -> None:
+    """Equal tables, but for where the VAD score arrays live (a folder per root run, a storage root per test)."""
+    for key in TABLES:
+        left, right = a[key], b[key]
+        drop = [c for c in ("scores_uri", "source_uri") if c in left.columns]
+        assert left.drop(drop).equals(right.drop(drop)), key
+
+
+@pytest.fixture(scope="session")
+def flights_of_one(tmp_path_factory, lock_dir):
+    """The sample partition, uninterrupted, every unit in a flight of its own, in one shard (in process, local)."""
+    resources = make_resources(tmp_path_factory.mktemp("flights-of-one"), lock_dir)
+    assert materialize_partition(resources, run_config={"ops": FLIGHTS_OF_ONE}).success
+    return resources["storage"]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL server for the session (each deployment makes its own database)."""
+    from .servers import PostgresServer
+
+    with PostgresServer() as server:
+        yield server

@@ -3,7 +3,8 @@
 The proxy forwards every request unchanged to moto (headers, Range requests and their 206 answers, HEAD's
 Content-Length), except object GETs whose key contains a marker: `flaky` fails the first `flaky_failures`
 GETs of each such key with a 500 InternalError, `broken` always fails; and writes (PUT, POST, DELETE) to a
-bucket in `read_only_buckets`, which get 403 AccessDenied as an IAM policy would answer. Listing and HEAD
+bucket in `read_only_buckets`, or to a key under one of `read_only_prefixes` ("bucket/prefix/"), which get
+403 AccessDenied as an IAM policy would answer. Listing and HEAD
 requests are never faulted. This exercises the real s3fs/botocore stack and our own retries over real HTTP.
 """
 
@@ -33,6 +34,7 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.flaky_failures = flaky_failures
         self.read_only_buckets: set[str] = set()
+        self.read_only_prefixes: set[str] = set()
         self.denied = 0
         self.failures: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
@@ -60,8 +62,9 @@ class FaultProxy:
                 return False
 
             def _denied(self) -> bool:
-                bucket = urllib.parse.urlparse(self.path).path.lstrip("/").split("/")[0]
-                return self.command in ("PUT", "POST", "DELETE") and bucket in proxy.read_only_buckets
+                key = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
+                return self.command in ("PUT", "POST", "DELETE") and (
+                    key.split("/")[0] in proxy.read_only_buckets or any(key.startswith(p) for p in proxy.read_only_prefixes))
 
             def _answer(self, status: int, body: bytes) -> None:
                 self.send_response(status)

@@ -1,10 +1,14 @@
-"""Helpers for tests that start `dagster dev` as a real process on loopback."""
+"""Real servers on loopback for the tests: `dagster dev` as a process, and a PostgreSQL server of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 import requests
@@ -28,3 +32,70 @@ def wait_for_webserver(port: int, process: subprocess.Popen, log: pathlib.Path, 
         except requests.ConnectionError:
             pass
         time.sleep(1)
+
+
+PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+
+
+def postgres_bin() -> pathlib.Path:
+    """Debian's PostgreSQL server binaries (scripts/install.sh installs them where missing)."""
+    found = sorted(pathlib.Path("/").glob(PG_BIN_GLOB.lstrip("/")))
+    for folder in reversed(found):
+        if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
+            return folder
+    raise RuntimeError(f"no PostgreSQL server under {PG_BIN_GLOB}: run scripts/install.sh as root (it installs Debian's "
+                       "postgresql package), or install initdb/pg_ctl/postgres there")
+
+
+class PostgresServer:
+    """A real PostgreSQL server on 127.0.0.1 (a free port) in its own temp dir, password authentication over TCP.
+
+    initdb refuses to run as root: as root the server runs as the `postgres` system user (Debian's package makes
+    it), in a folder outside pytest's root-only temp tree.
+    """
+
+    user = "dagster"
+    password = "dagster-test-password"
+
+    def __init__(self):
+        self.bin = postgres_bin()
+        self.port = free_port()
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="batch-assets-pg-"))
+        self.data = self.root / "data"
+        self.as_postgres = os.geteuid() == 0
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess:
+        command = [str(a) for a in args]
+        if self.as_postgres:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+
+    def __enter__(self) -> PostgresServer:
+        pwfile = self.root / "pw"
+        pwfile.write_text(self.password + "\n")
+        if self.as_postgres:
+            shutil.chown(self.root, "postgres")
+            shutil.chown(pwfile, "postgres")
+        self._run(self.bin / "initdb", "-D", self.data, "-U", self.user, "--pwfile", pwfile, "--auth-local=trust",
+                  "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
+        self._run(self.bin / "pg_ctl", "-D", self.data, "-l", self.root / "server.log", "-w", "-t", "60", "start",
+                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off")
+        return self
+
+    def create_database(self, name: str) -> str:
+        import psycopg2
+
+        connection = psycopg2.connect(host="127.0.0.1", port=self.port, user=self.user, password=self.password,
+                                      dbname="postgres")
+        try:
+            connection.autocommit = True  # CREATE DATABASE cannot run inside a transaction
+            with connection.cursor() as cursor:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            connection.close()
+        return name
+
+    def __exit__(self, *exc) -> None:
+        with contextlib.suppress(subprocess.SubprocessError):
+            self._run(self.bin / "pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -27,6 +27,8 @@ from batch_assets.storage import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
 GPU_STEP = "gpu_section.gpu_shard"  # one step (one pod, one GPU) per shard of a partition
+# the assembly finishes any flight a re-execution's shard steps did not process (batch_assets/gpu/resume.py)
+GPU_STEPS = (GPU_STEP, "gpu_section.assemble_gpu_tables")
 K8S = REPO_ROOT / "k8s"
 KUBERNETES_VERSION = "1.32"
 VALUES = yaml.safe_load((K8S / "values.yaml").read_text())
@@ -45,6 +47,8 @@ def _run_container_context() -> K8sContainerContext:
         namespace="batch-assets",
         env=DEPLOYMENT["env"],
         env_secrets=[s["name"] for s in DEPLOYMENT["envSecrets"]],
+        volume_mounts=launcher.get("volumeMounts", []),
+        volumes=launcher.get("volumes", []),
         run_k8s_config=UserDefinedDagsterK8sConfig.from_dict({"container_config": run_k8s["containerConfig"]}),
     )
 
@@ -86,17 +90,52 @@ def _resources(job: dict) -> dict:
 
 def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
     jobs = _step_jobs()
-    assert {GPU_STEP, "fetched_audio", "prepared_flights", "gpu_section.plan_gpu_shards"} <= set(jobs)
-    gpu = jobs.pop(GPU_STEP)
-    assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
-    assert _resources(gpu)["requests"]["nvidia.com/gpu"] == "1"
-    pod = gpu["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {*GPU_STEPS, "fetched_audio", "prepared_flights", "gpu_section.plan_gpu_shards"} <= set(jobs)
+    for step in GPU_STEPS:
+        gpu = jobs.pop(step)
+        assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
+        assert _resources(gpu)["requests"]["nvidia.com/gpu"] == "1"
+        pod = gpu["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     for name, job in jobs.items():  # the CPU steps (and the checks) ask for no GPU and tolerate no GPU taint
         for section in ("limits", "requests"):
             assert "nvidia.com/gpu" not in _resources(job).get(section, {}), name
         assert not job["spec"]["template"]["spec"].get("tolerations"), name
+
+
+def test_every_gpu_step_pod_mounts_the_model_cache_the_loaders_read():
+    """Each GPU step pod finds parakeet and community-1 in one shared cache instead of downloading them (issue 20)."""
+    fill = {d["kind"]: d for d in yaml.safe_load_all((K8S / "model-cache.yaml").read_text()) if d}
+    claim = fill["PersistentVolumeClaim"]["metadata"]["name"]
+    fill_env = {e["name"]: e["value"] for e in fill["Job"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert fill["Job"]["spec"]["template"]["spec"]["containers"][0]["command"] == ["batch-assets", "models", "fetch"]
+    jobs = _step_jobs()
+    for step in GPU_STEPS:
+        pod = jobs[step]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        [volume] = [v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
+        [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["readOnly"] is True and volume["persistentVolumeClaim"]["readOnly"] is True
+        for variable in ("HF_HOME", "BATCH_ASSETS_MODEL_CACHE"):  # where NeMo, pyannote and the builtins look
+            assert env[variable].startswith(mount["mountPath"] + "/"), (step, variable, env[variable])
+            assert env[variable] == fill_env[variable]  # the Job fills exactly the cache the steps read
+        assert env["HF_HUB_OFFLINE"] == "1"  # a missing model fails at once instead of downloading in every pod
+
+
+def test_models_fetch_fills_the_cache_and_says_how_large_it_is(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"HF_HOME": str(tmp_path / "hf"), "BATCH_ASSETS_MODEL_CACHE": str(tmp_path / "models"),
+                        "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-m", "batch_assets.cli", "models", "fetch"], env=env, capture_output=True,
+                          check=False, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"BATCH_ASSETS_MODEL_CACHE: {tmp_path / 'models'}: " in done.stdout and f"{tmp_path / 'hf'}" in done.stdout
+    assert any((tmp_path / "models").rglob("config.yaml"))  # the builtin pipeline folder, built into the cache
 
 
 def test_every_step_pods_requests_fit_its_limits():

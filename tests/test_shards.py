@@ -1,49 +1,34 @@
-"""Production-scale GPU work: shards, flight commits that survive a kill -9, one writer per partition.
+"""Production-scale GPU work: shards, flight commits, one writer per partition.
 
-Real runs on real Dagster instances (execute_job with one process per step, re-execution from failure),
-real processes killed with SIGKILL, the real lease over the local filesystem and over S3 (moto).
+Real runs on real Dagster instances, real processes killed with SIGKILL, the real lease over the local
+filesystem and over S3 (moto). The kill -9 and re-execution cases run end to end in tests/test_deployed.py.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
-import dagster as dg
 import pytest
 
-from batch_assets.gate.compare import GateResult, compare_partition, read_outputs
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.lease import LeaseHeld, PartitionLease, _exclusive_create
 from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.storage import REPO_ROOT, StorageResource
+from batch_assets.storage import StorageResource
 
-from .conftest import SAMPLE_SOURCE, make_resources, materialize_partition
+from .conftest import (
+    FLIGHTS_OF_ONE,
+    assert_same_results,
+    make_resources,
+    materialize_partition,
+    tables_of,
+)
 from .s3_server import S3Server
 
 P = SAMPLE_PARTITION
-# every sample unit in a flight of its own (units are 20-50 s): five flights
-FLIGHTS_OF_ONE = {"prepared_flights": {"config": {"decode_budget_seconds": 50.0}}}
-TABLES = [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
-          ("vad_scores", "units"), ("vad_scores", "regions")]
-
-
-def _tables(storage: StorageResource) -> dict:
-    return {key: storage.read_parquet(*key[:1], P, key[1]) for key in TABLES}
-
-
-def _same_results(a: dict, b: dict) -> None:
-    for key in TABLES:
-        left, right = a[key], b[key]
-        if "scores_uri" in left.columns:  # a folder per root run
-            left, right = left.drop("scores_uri"), right.drop("scores_uri")
-        assert left.equals(right), key
 
 
 def test_shards_are_whole_flights_in_plan_order_and_deterministic():
@@ -54,14 +39,7 @@ def test_shards_are_whole_flights_in_plan_order_and_deterministic():
     assert plan_shards([], 100.0) == [[]]
 
 
-@pytest.fixture(scope="module")
-def one_shard(tmp_path_factory, lock_dir):
-    resources = make_resources(tmp_path_factory.mktemp("one-shard"), lock_dir)
-    assert materialize_partition(resources, run_config={"ops": FLIGHTS_OF_ONE}).success
-    return resources["storage"]
-
-
-def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(one_shard, tmp_path, lock_dir):
+def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flights_of_one, tmp_path, lock_dir):
     resources = make_resources(tmp_path / "storage", lock_dir)
     config = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 60.0}}}}
     result = materialize_partition(resources, run_config=config)
@@ -71,72 +49,11 @@ def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(one_sh
     meta = next(e.materialization.metadata for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "transcripts")
     assert meta["shards"].value == len(steps) and "| shard | flights |" in meta["shard_report"].value
-    _same_results(_tables(one_shard), _tables(resources["storage"]))
-    assert not (tmp_path / "storage" / "gpu_work" / P).exists()  # the commits are gone once the tables are in place
-
-
-DRIVER = textwrap.dedent("""
-    import sys
-    import dagster as dg
-    from batch_assets.cli import transcribe_partition_job
-    result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=dg.DagsterInstance.get(),
-                            tags={"dagster/partition": sys.argv[1]}, run_config={"ops": %r})
-    sys.exit(0 if result.success else 1)
-""" % FLIGHTS_OF_ONE)
-
-
-def test_a_kill_mid_shard_resumes_after_the_committed_flights(one_shard, tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(REPO_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    storage_root = tmp_path / "storage"
-    env = os.environ | {"DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": str(SAMPLE_SOURCE),
-                        "BATCH_ASSETS_STORAGE_URL": str(storage_root), "BATCH_ASSETS_LOCK_DIR": str(tmp_path / "locks"),
-                        "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    log = tmp_path / "driver.log"
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, P], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    work = storage_root / "gpu_work" / P
-    deadline = time.monotonic() + 300
-    while not list(work.glob("*/*.commit.json")):
-        assert driver.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "no flight committed within 300 s"
-        time.sleep(0.05)
-    os.killpg(driver.pid, signal.SIGKILL)  # a preempted node: the run worker and its GPU step die at once
-    driver.wait()
-    committed = sorted(p.name.split(".")[0] for p in work.glob("*/*.commit.json"))
-    assert 1 <= len(committed) < 5, committed
-    assert not (storage_root / "transcripts" / P).exists()  # nothing partial visible to readers
-
-    os.environ.update({k: env[k] for k in ("BATCH_ASSETS_SOURCE_URL", "BATCH_ASSETS_STORAGE_URL", "BATCH_ASSETS_LOCK_DIR")})
-    try:
-        with dg.DagsterInstance.from_config(str(home)) as instance:
-            [dead] = instance.get_runs()
-            assert dead.status == dg.DagsterRunStatus.STARTED
-            instance.report_run_failed(dead)  # as run monitoring (or batch_assets.dead_runs) would
-            instance.event_log_storage.free_concurrency_slots_for_run(dead.run_id)
-            from batch_assets.cli import transcribe_partition_job
-
-            again = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=dead.tags,
-                                   reexecution_options=dg.ReexecutionOptions.from_failure(dead.run_id, instance))
-            assert again.success
-            meta = instance.get_latest_materialization_event(dg.AssetKey("transcripts")).asset_materialization.metadata
-    finally:
-        for key in ("BATCH_ASSETS_SOURCE_URL", "BATCH_ASSETS_STORAGE_URL", "BATCH_ASSETS_LOCK_DIR"):
-            os.environ.pop(key, None)
-    assert meta["resumed_flights"].value == len(committed)  # the committed flights were not processed again
-    shard_table = meta["shard_report"].value
-    assert f"| 0 | 5 | {len(committed)} |" in shard_table, shard_table
-    storage = StorageResource(source_url=str(SAMPLE_SOURCE), storage_url=str(storage_root))
-    resumed, whole = _tables(storage), _tables(one_shard)
-    units = resumed["transcripts", "units"]
-    assert units["unit_id"].is_unique().all() and len(units) == len(whole["transcripts", "units"])
-    assert units.select("unit_id", "result_class", "num_speakers").equals(whole["transcripts", "units"].select("unit_id", "result_class", "num_speakers"))
-    gated = GateResult(partitions=[P])
-    compare_partition(gated, read_outputs(one_shard, P), read_outputs(storage, P))
-    assert gated.passed and gated.word_edit_rate == 0.0, gated.table()
-    _same_results(whole, resumed)
-    print(f"killed after {len(committed)} of 5 flights committed; the re-execution processed {5 - len(committed)}")
+    assert_same_results(tables_of(flights_of_one), tables_of(resources["storage"]))
+    # the commits are gone once the tables are in place; only the record that this run assembled the partition stays
+    work = tmp_path / "storage" / "gpu_work" / P
+    assert [p.name for p in work.rglob("*") if p.is_file()] == [f"{result.run_id}.assembled.json"]
+    assert not (tmp_path / "storage" / ".dagster-io").exists() or not any((tmp_path / "storage" / ".dagster-io").rglob("*.json"))
 
 
 def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_path, lock_dir):
@@ -198,16 +115,17 @@ def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
 
     storage = StorageResource(storage_url=str(tmp_path))
     commits = FlightCommits(storage, P, "root-run")
-    assert not commits.committed("flight-0000")
-    record = commits.commit("flight-0000", [])  # a flight whose units all failed upstream: empty fragments, still a commit
-    assert commits.committed("flight-0000") and len(record["files"]) == 6
+    assert commits.problem("flight-0000", "fp-a") == "not committed"
+    record = commits.commit("flight-0000", [], "fp-a")  # a flight whose units all failed upstream: empty fragments, still a commit
+    assert commits.problem("flight-0000", "fp-a") is None and len(record["files"]) == 6
+    assert "committed for another plan" in commits.problem("flight-0000", "fp-b")  # prepared_flights changed since
     fragment = pathlib.Path(next(iter(record["files"])))
     fragment.write_bytes(fragment.read_bytes()[:10])  # the kill landed while this file was being replaced
-    assert not commits.committed("flight-0000")
-    commits.commit("flight-0000", [])  # redone: overwritten, not appended
-    assert commits.committed("flight-0000")
-    assert commits.tables(["flight-0000"])["outcomes"].is_empty()
+    assert commits.problem("flight-0000", "fp-a").startswith("commit cut off")
+    commits.commit("flight-0000", [], "fp-a")  # redone: overwritten, not appended
+    assert commits.problem("flight-0000", "fp-a") is None
+    assert commits.tables({"flight-0000": "fp-a"})["outcomes"].is_empty()
     (tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json").unlink()  # fragments written, record not yet
-    assert not commits.committed("flight-0000")
-    with pytest.raises(RuntimeError, match="no whole commit"):
-        commits.tables(["flight-0000"])
+    assert commits.problem("flight-0000", "fp-a") == "not committed"
+    with pytest.raises(RuntimeError, match="no valid commit"):
+        commits.tables({"flight-0000": "fp-a"})

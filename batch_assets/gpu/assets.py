@@ -10,10 +10,13 @@ device and each flight's audio. A graph of three steps produces them (the day st
    `nvidia.com/gpu` pod on Kubernetes (its op tags), the cross-process device lock around the section.
    It runs the typed runner (`gpu/runner.py`) and commits each finished flight durably
    (`gpu/commits.py`), keyed by the run's root run id: a retry, a run retry from failure or a
-   re-execution from failure resumes after the last committed flight;
-3. `assemble_gpu_tables` (CPU): once every shard succeeded, builds the three assets' tables from the
-   commits and replaces the partition's tables atomically (or, for a `units` rerun, only those units'
-   rows), records each asset's metadata and releases the lease.
+   re-execution from failure reuses the valid commits; in a re-execution, a shard step also takes over
+   the flights of the shards Dagster does not rerun (`gpu/resume.py`);
+3. `assemble_gpu_tables` (also a GPU step): once every shard step succeeded, processes any planned flight
+   still without a valid commit (a re-execution that reran no shard step), builds the three assets'
+   tables from the commits and replaces the partition's tables atomically (or, for a `units` rerun, only
+   those units' rows), records each asset's metadata, releases the lease and removes the lineage's step
+   values.
 
 A run may carry several partitions (a backfill under the BackfillPolicy): each has its own shards and its
 own materializations; a GPU step loads the models once for all the shards it runs.
@@ -31,6 +34,14 @@ from batch_assets import transcript_text
 from batch_assets.columns import table_schema
 from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.resources import GpuResource, quarantine
+from batch_assets.gpu.resume import (
+    PlannedFlight,
+    executing_shards,
+    owned_flights,
+    plan_fingerprint,
+    planned_flights,
+    shard_mapping_key,
+)
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.gpu.tables import (
     TABLE_SCHEMAS,
@@ -40,6 +51,7 @@ from batch_assets.gpu.tables import (
 )
 from batch_assets.ingest.assets import GPU_ASSET_KEYS, class_counts, lease_wait_field, partition_lease, preflight
 from batch_assets.ingest.flights import DECODE_BUDGET_S
+from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
 from batch_assets.storage import StorageResource
@@ -116,7 +128,8 @@ class GpuSectionConfig(LeverConfig, PlanConfig):
 def gpu_section_config(config: GpuSectionConfig) -> dict:
     values = config.model_dump()
     pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
-    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(LeverConfig)}}
+    levers = {"config": pick(LeverConfig)}
+    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": levers, "assemble_gpu_tables": levers}
 
 
 def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
@@ -166,27 +179,33 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
     for partition in partitions:
         with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
             manifest = storage.read_parquet("fetched_audio", partition, "manifest")
-            plan = storage.read_parquet("prepared_flights", partition, "plan")
-            flights = storage.read_parquet("prepared_flights", partition, "flights")
             chosen = selected_units(config.units, manifest)
             if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing
                 try:
                     tables_to_keep(storage, partition, manifest)
                 except ValueError as error:
                     raise dg.Failure(str(error), allow_retries=False) from error
-                wanted = plan.filter(pl.col("unit_id").is_in(list(chosen)) & (pl.col("result_class") == "ok"))
-                flights = flights.filter(pl.col("flight_id").is_in(wanted["flight_id"].unique().to_list()))
-            shards = plan_shards(list(zip(flights["flight_id"], flights["audio_s"], strict=True)), config.shard_audio_seconds)
-            seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
+            flights = read_planned_flights(storage, partition, manifest, chosen)
+            shards = plan_shards([(f.flight_id, f.audio_s) for f in flights], config.shard_audio_seconds)
+            seconds = {f.flight_id: f.audio_s for f in flights}
             context.log.info(f"{partition}: {len(flights)} flights in {len(shards)} shard(s) of at most "
                              f"{config.shard_audio_seconds:.0f} audio seconds")
             for index, flight_ids in enumerate(shards):
                 yield dg.DynamicOutput(
                     {"partition": partition, "shard": index, "shards": len(shards), "flights": flight_ids,
-                     "audio_s": round(sum(seconds[f] for f in flight_ids), 3),
+                     "shard_flights": shards, "audio_s": round(sum(seconds[f] for f in flight_ids), 3),
                      "units": sorted(chosen) if chosen is not None else None},
-                    mapping_key=f"{partition.replace('-', '')}_s{index:03d}",
+                    mapping_key=shard_mapping_key(partition, index),
                 )
+
+
+def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.DataFrame | None = None,
+                         units: Iterable[str] | None = None) -> list[PlannedFlight]:
+    """The partition's current planned flights (`gpu/resume.py`), read from `prepared_flights` (and the manifest)."""
+    if manifest is None:
+        manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    return planned_flights(manifest, storage.read_parquet("prepared_flights", partition, "plan"),
+                           storage.read_parquet("prepared_flights", partition, "flights"), units)
 
 
 @dg.op(
@@ -198,53 +217,65 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
 )
 def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: StorageResource, gpu: GpuResource,
               shard: dict) -> dict:
+    partition, root = shard["partition"], root_run_id(context)
+    commits = FlightCommits(storage, partition, root)
+    lease = partition_lease(context, storage, partition)
+    with lease.held(log=context.log.warning, release=False, release_on_error=False):  # sibling shards still work
+        planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard["units"])}
+        executing = executing_shards(context.run.step_keys_to_execute, partition, shard["shards"])
+        owned = owned_flights(shard["shard"], shard.get("shard_flights") or _own_only(shard), executing, list(planned))
+        problems = commits.problems({f: planned[f].fingerprint for f in owned})
+        report = {"partition": partition, "shard": shard["shard"], "shards": shard["shards"], "flights": owned,
+                  "units": shard["units"],
+                  "audio_s": round(sum(planned[f].audio_s for f in owned), 3),
+                  "taken_over": [f for f in owned if f not in shard["flights"]],
+                  "resumed_flights": [f for f in owned if f not in problems]}
+        log_resume(context, shard, report, problems, root, executing)
+        return report | process_flights(context, config, storage, gpu, lease, commits, shard["units"], planned,
+                                        [f for f in owned if f in problems])
+
+
+def process_flights(context, config: LeverConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
+                    units: list[str] | None, planned: dict[str, PlannedFlight], pending: list[str]) -> dict:
+    """Run `pending` flights through the locked section, committing each; the report's processing part.
+
+    A decoder in the wrong mode quarantines this worker: the step fails, not retried, and frees the lease.
+    """
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.runner import FlightWork, Levers, run_section
 
-    partition, root = shard["partition"], root_run_id(context)
-    commits = FlightCommits(storage, partition, root)
     switches = {s.name: getattr(config, s.name) for s in SWITCHES}
-    report = {"partition": partition, "shard": shard["shard"], "flights": shard["flights"], "units": shard["units"],
-              "audio_s": shard["audio_s"], "resumed_flights": [f for f in shard["flights"] if commits.committed(f)],
-              "switches": switches}
-    pending = [f for f in shard["flights"] if f not in report["resumed_flights"]]
-    if report["resumed_flights"]:
-        context.log.warning(f"{partition} shard {shard['shard']}: resuming run {root}: "
-                            f"{len(report['resumed_flights'])} flight(s) already committed, {len(pending)} to process")
     if not pending:
-        return report | {"processed_flights": [], "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
-    lease = partition_lease(context, storage, partition)
-    with lease.held(log=context.log.warning, release=False, release_on_error=False):  # sibling shards still work
-        plan = storage.read_parquet("prepared_flights", partition, "plan")
-        flights = storage.read_parquet("prepared_flights", partition, "flights").filter(pl.col("flight_id").is_in(pending))
-        ok = plan.filter(pl.col("result_class") == "ok")
-        if shard["units"] is not None:
-            ok = ok.filter(pl.col("unit_id").is_in(shard["units"]))
-        units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
-        for row in ok.iter_rows(named=True):
-            units_by_flight[row["flight_id"]].append(row)
-        uris = dict(zip(flights["flight_id"], flights["audio_uri"], strict=True))
-        counts = dict(zip(flights["flight_id"], flights["num_units"], strict=True))
-        seconds = dict(zip(flights["flight_id"], flights["audio_s"], strict=True))
-        models = gpu.load(context.log)
-        levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
-                        prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
-        try:
-            section = run_section(
-                models, [FlightWork(f, seconds[f], units_by_flight.get(f, [])) for f in pending], levers,
-                load=lambda flight_id: storage.read_flight(uris[flight_id], counts[flight_id]),
-                commit=commits.commit, section=gpu.section(),
-            )
-        except DecoderModeError as error:
-            quarantine(str(error))
-            lease.release()  # not retried: this run will not write the partition
-            context.log.error(f"QUARANTINED: {error}")
-            # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
-            raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
-                             allow_retries=False) from error
+        return {"run_id": context.run.run_id, "switches": switches, "processed_flights": [], "section": None,
+                "model_load_seconds": None, "step_peak_rss_mib": None}
+    ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
+    if units is not None:
+        ok = ok.filter(pl.col("unit_id").is_in(units))
+    units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in ok.iter_rows(named=True):
+        units_by_flight[row["flight_id"]].append(row)
+    models = gpu.load(context.log)
+    levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
+                    prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
+    try:
+        section = run_section(
+            models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
+            load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, planned[flight_id].num_units),
+            commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
+            section=gpu.section(),
+        )
+    except DecoderModeError as error:
+        quarantine(str(error))
+        lease.release()  # not retried: this run will not write the partition
+        context.log.error(f"QUARANTINED: {error}")
+        # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+        raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
+                         allow_retries=False) from error
     stats = section.stats
-    return report | {
+    return {
+        "run_id": context.run.run_id,  # the run whose step did the work (a re-execution loads its parent's reports)
+        "switches": switches,
         "processed_flights": pending,
         "step_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "model_load_seconds": round(models.load_seconds, 2),
@@ -260,23 +291,59 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
             "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
             "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
             "embedding_work": dict(stats.embedding_work), "embedding_paths": dict(stats.embedding_paths),
-            "cuda_peak_bytes": section.cuda_peak_bytes,
+            "cuda_peak_bytes": section.cuda_peak_bytes, "decoder_checks_skipped": stats.decoder_checks_skipped,
         },
     }
+
+
+def _own_only(shard: dict) -> list[list[str]]:
+    """A shard spec from before `shard_flights` existed (a run resumed across a deploy): only its own flights known."""
+    return [shard["flights"] if i == shard["shard"] else [] for i in range(shard["shards"])]
+
+
+def log_resume(context, shard: dict, report: dict, problems: dict[str, str], root: str, executing: list[int]) -> None:
+    """Say what a resumed or re-executed shard does, and why a flight is redone (the resumed run's log)."""
+    partition, index = shard["partition"], shard["shard"]
+    if report["taken_over"]:
+        idle = [i for i in range(shard["shards"]) if i not in executing]
+        context.log.warning(f"{partition} shard {index}: this run does not execute shard(s) {idle} of {shard['shards']}: "
+                            f"taking over their flights without a valid commit ({len(report['taken_over'])} flight(s): "
+                            f"{report['taken_over']})")
+    if report["resumed_flights"] or context.run.parent_run_id:
+        context.log.warning(f"{partition} shard {index}: resuming run {root}: {len(report['resumed_flights'])} flight(s) "
+                            f"already committed, {len(problems)} to process")
+    for flight_id, why in problems.items():
+        if why != "not committed":
+            context.log.warning(f"{partition} shard {index}: redoing {flight_id}: {why}")
 
 
 @dg.op(
     ins={"reports": dg.In(list)},
     out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
-    description="Assemble each partition's three tables from its shards' flight commits and replace them atomically",
+    pool=GPU_POOL,
+    tags={"dagster-k8s/config": GPU_K8S_CONFIG},
+    retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
+    description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble each "
+    "partition's three tables from the commits and replace them atomically",
 )
-def assemble_gpu_tables(context: dg.AssetExecutionContext, storage: StorageResource, gpu: GpuResource, reports: list):
+def assemble_gpu_tables(context: dg.AssetExecutionContext, config: LeverConfig, storage: StorageResource,
+                        gpu: GpuResource, reports: list):
     partitions = list(context.partition_keys)
     for partition in partitions:
         mine = sorted((r for r in reports if r["partition"] == partition), key=lambda r: r["shard"])
-        with partition_lease(context, storage, partition).held(log=context.log.warning):
-            for asset, metadata in assemble_partition(context, storage, gpu, partition, mine, len(partitions)).items():
-                context.add_asset_metadata(metadata, asset_key=asset, partition_key=partition)
+        lease = partition_lease(context, storage, partition)
+        with lease.held(log=context.log.warning):
+            try:
+                metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, len(partitions))
+            except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
+                # the output storage refuses the write (a policy, a path taken by a file): waiting cannot fix it
+                raise dg.Failure(f"{partition}: the output storage refused a write ({error}): fix BATCH_ASSETS_STORAGE_URL "
+                                 "or its permissions, then re-execute from failure (committed GPU work is kept)",
+                                 allow_retries=False) from error
+            for asset, values in metadata.items():
+                context.add_asset_metadata(values, asset_key=asset, partition_key=partition)
+    removed = discard_run_values(storage, context.instance, context.run)
+    context.log.info(f"removed the step values of {len(removed)} finished run(s) from {VALUES_FOLDER}/")
     for asset in GPU_ASSET_KEYS:
         yield dg.Output(None, asset)
 
@@ -308,16 +375,51 @@ def gpu_section(prepared_flights, fetched_audio):
     return {"vad_scores": vad_scores, "diarization": diarization, "transcripts": transcripts}
 
 
-def assemble_partition(context: dg.AssetExecutionContext, storage: StorageResource, gpu: GpuResource, partition: str,
-                       reports: list[dict], partitions_in_run: int) -> dict[str, dict]:
-    """Build and write one partition's tables from its shards' commits; returns each asset's metadata."""
+def assemble_partition(context: dg.AssetExecutionContext, config: LeverConfig, storage: StorageResource,
+                       gpu: GpuResource, lease, partition: str, reports: list[dict], partitions_in_run: int) -> dict[str, dict]:
+    """Build and write one partition's tables from its commits; returns each asset's metadata.
+
+    First, any flight of the current plan without a valid commit is processed here (`gpu/resume.py`: Dagster's
+    re-execution may rerun no shard step at all); then, should one still lack a commit, nothing is written. A
+    partition this root run already wrote (a re-execution of a run that failed later) is not written again:
+    its metadata is read from the tables in place.
+    """
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = set(reports[0]["units"]) if reports and reports[0]["units"] is not None else None
-    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
+    planned = read_planned_flights(storage, partition, manifest, chosen)
     commits = FlightCommits(storage, partition, root_run_id(context))
-    flight_ids = [f for r in reports for f in r["flights"]]
-    fragments = commits.tables(flight_ids)
+    done = commits.assembled()
+    if done is not None:
+        if done["plan"] != plan_fingerprint(planned):
+            raise dg.Failure(f"{partition}: run {done['run_id']} of this run's lineage wrote this partition's tables, and "
+                             "its flight plan has changed since (prepared_flights was rematerialized): rerun the partition",
+                             allow_retries=False)
+        context.log.info(f"{partition}: already assembled by run {done['run_id']} of this run's lineage: kept as written")
+        tables = {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLE_SCHEMAS}
+        uris = {key: storage.output_url(key[0], partition, f"{key[1]}.parquet") for key in TABLE_SCHEMAS}
+        return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
+    problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
+    if problems:
+        context.log.warning(f"{partition}: {len(problems)} planned flight(s) without a valid commit after the shard steps "
+                            f"of this run (their shard steps did not run, or the plan changed): processing them here: "
+                            + "; ".join(f"{flight_id}: {why}" for flight_id, why in problems.items()))
+        by_id = {f.flight_id: f for f in planned}
+        reports = [*reports, {"partition": partition, "shard": "finish", "flights": list(problems), "units": reports[0]["units"]
+                              if reports else None, "audio_s": round(sum(by_id[f].audio_s for f in problems), 3),
+                              "taken_over": list(problems), "resumed_flights": []}
+                   | process_flights(context, config, storage, gpu, lease, commits,
+                                     sorted(chosen) if chosen is not None else None, by_id, list(problems))]
+        problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
+    if problems:
+        shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])
+        raise dg.Failure(
+            f"{partition}: {len(problems)} of {len(planned)} planned flights have no valid commit ({shown}); nothing was "
+            "written. Their GPU work did not run in this run: re-execute the run with all steps, or rerun the partition.",
+            metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
+    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
+    flight_ids = [f.flight_id for f in planned]
+    fragments = commits.tables({f.flight_id: f.fingerprint for f in planned})
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
@@ -333,8 +435,9 @@ def assemble_partition(context: dg.AssetExecutionContext, storage: StorageResour
             if asset == "vad_scores":
                 out.keep(commits.scores_paths(flight_ids))  # written by the shards, referenced by these tables
             uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
+    commits.mark_assembled(plan_fingerprint(planned), context.run.run_id)
     commits.discard()
-    return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run)
+    return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
 
 
 def _sum(reports: list[dict], key: str) -> float:
@@ -342,7 +445,7 @@ def _sum(reports: list[dict], key: str) -> float:
 
 
 def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuResource, chosen: set | None,
-                       partitions_in_run: int) -> dict[str, dict]:
+                       partitions_in_run: int, run_id: str) -> dict[str, dict]:
     vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
     speakers, words = tables["diarization", "speakers"], tables["transcripts", "words"]
     ran = [r for r in reports if r["section"]]
@@ -356,9 +459,13 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
     exited = [r["section"]["exited_unix"] for r in ran]
     loads = [r["model_load_seconds"] for r in ran]
     section = {  # the GPU work's report, once (on transcripts, the asset analysts open)
-        "shards": len(reports),
+        "shards": max((r.get("shards", 1) for r in reports if r["shard"] != "finish"), default=1),  # as planned
+        # flights no shard step of the run processed (a re-execution that reran none of their shards)
+        "flights_finished_in_assembly": sum(len(r["processed_flights"]) for r in reports if r["shard"] == "finish"),
         "shard_report": dg.MetadataValue.md(shard_markdown(reports)),
-        "resumed_flights": sum(len(r["resumed_flights"]) for r in reports),
+        # flights whose commits this run reused: every flight of the work but those this run's own steps processed
+        "resumed_flights": len({f for r in reports for f in r["flights"]})
+        - sum(len(r["processed_flights"]) for r in reports if r.get("run_id") == run_id),
         "section_seconds": round(section_s, 3),
         "lock_wait_seconds": round(_sum(reports, "lock_wait_seconds"), 3),
         "section_entered": dg.MetadataValue.timestamp(min(entered)) if entered else "not entered (nothing to process)",
@@ -378,6 +485,8 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
                            for k in ("chunks", "pairs", "active_pairs", "trunk_forwards", "pooled_pairs")},
         "embedding_paths": dict(counters["embedding_paths"]),
         "decoder_modes": sorted({m for r in ran for m in r["section"]["decoder_modes"]}),
+        # flights with nothing to transcribe: no ASR call, so no decoder check (graphs are captured lazily)
+        "decoder_checks_skipped": sum(r["section"].get("decoder_checks_skipped", 0) for r in ran),
         "switches": reports[0]["switches"] if reports else {},
         "device": ran[0]["device"] if ran else "not used",
         "models": {"asr": gpu.asr_model, "diarization": gpu.diarization_pipeline},
@@ -430,10 +539,12 @@ def tables_metadata(tables: dict, uris: dict, asset: str, main: str, other: str)
 
 
 def shard_markdown(reports: list[dict]) -> str:
-    lines = ["| shard | flights | resumed | audio s | section s | model load s | step peak RSS MiB |", "|---|---|---|---|---|---|---|"]
+    lines = ["| shard | flights | resumed | taken over | audio s | section s | model load s | step peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in reports:
         sec = r["section"] or {}
         load = r["model_load_seconds"] if r["model_load_seconds"] is not None else "-"
-        lines.append(f"| {r['shard']} | {len(r['flights'])} | {len(r['resumed_flights'])} | {r['audio_s']:.1f} | "
+        lines.append(f"| {r['shard']} | {len(r['flights'])} | {len(r['resumed_flights'])} | {len(r.get('taken_over', []))} | "
+                     f"{r['audio_s']:.1f} | "
                      f"{sec.get('section_seconds', 0.0):.1f} | {load} | {r.get('step_peak_rss_mib', '-')} |")
     return "\n".join(lines)

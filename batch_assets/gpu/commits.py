@@ -8,11 +8,15 @@ Layout (through `StorageResource`, so S3 works), per partition and root run:
 `{storage}/gpu_work/{partition}/{root_run_id}/{flight_id}/{vad_units,regions,turns,speakers,outcomes,words}.parquet`
 plus the flight's VAD score arrays, written straight to where the final `vad_scores` table will point
 (`vad_scores/{partition}/scores/{root_run_id}/{unit_id}.npy`), and last a commit record
-`{flight_id}.commit.json` listing every file with its size. A flight counts as committed only when its
-record exists and every file it lists has that size: a commit cut off halfway (a kill between two
-writes) is detected and the flight is processed again, overwriting its fragments, so no row is ever
-written twice. The final tables are assembled from the commits (`tables`) once every shard succeeded;
-then the work folder is removed (`discard`). Nothing here is visible to readers of the asset tables.
+`{flight_id}.commit.json` listing every file with its size and the flight's fingerprint (`gpu/resume.py`).
+A flight counts as committed only when its record exists, names the fingerprint the current plan gives the
+flight, and every file it lists has that size: a commit cut off halfway (a kill between two writes), or one
+made for another plan (`prepared_flights` rematerialized in between), is detected and the flight is processed
+again, overwriting its fragments, so no row is ever written twice and two plans never mix. The final tables
+are assembled from the commits (`tables`); then `mark_assembled` records that this root run wrote the
+partition (`{root_run_id}.assembled.json`, so that a re-execution of a run that failed later, e.g. on a
+backfill's next partition, does not redo it) and `discard` removes every other file of the partition's work
+folder. Nothing here is visible to readers of the asset tables.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from batch_assets.gpu.tables import (
     outcome_tables,
     vad_tables,
 )
+from batch_assets.storage import is_local, remove_empty_folders, remove_path
 
 WORK_ASSET = "gpu_work"
 FRAGMENTS = {"vad_units": VAD_UNITS_SCHEMA, "regions": REGIONS_SCHEMA, "turns": TURNS_SCHEMA,
@@ -57,21 +62,24 @@ class FlightCommits:
         except FileNotFoundError:
             return None
 
-    def committed(self, flight_id: str) -> bool:
-        """Whether the flight's commit is whole: its record, and every file it lists at the recorded size."""
+    def problem(self, flight_id: str, fingerprint: str) -> str | None:
+        """Why the flight has no valid commit for `fingerprint` (None: it has one, whole, for that plan)."""
         record = self._record(flight_id)
         if record is None:
-            return False
+            return "not committed"
+        if record.get("fingerprint") != fingerprint:
+            return (f"committed for another plan (units, durations or audio checksums differ: fingerprint "
+                    f"{record.get('fingerprint')} vs {fingerprint} now)")
         for url, size in record["files"].items():
             fs, path = self.storage.filesystem(url)
             try:
                 if fs.size(path) != size:
-                    return False
+                    return f"commit cut off ({url} has {fs.size(path)} bytes, {size} recorded)"
             except FileNotFoundError:
-                return False
-        return True
+                return f"commit cut off ({url} is missing)"
+        return None
 
-    def commit(self, flight_id: str, outcomes: list) -> dict:
+    def commit(self, flight_id: str, outcomes: list, fingerprint: str) -> dict:
         """Write one flight's results, then its record (last: the record is what makes the commit count)."""
         files: dict[str, int] = {}
 
@@ -90,7 +98,7 @@ class FlightCommits:
                   "outcomes": units, "words": words}
         for name, frame in frames.items():
             track(self.storage.write_parquet(frame, WORK_ASSET, self.partition, f"{self.root_run_id}/{flight_id}/{name}"))
-        record = {"flight_id": flight_id, "units": units["unit_id"].to_list(), "files": files}
+        record = {"flight_id": flight_id, "fingerprint": fingerprint, "units": units["unit_id"].to_list(), "files": files}
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record
 
@@ -102,12 +110,19 @@ class FlightCommits:
             paths += [self.storage.filesystem(url)[1] for url in record["files"] if url.endswith(".npy")]
         return paths
 
-    def tables(self, flight_ids: list[str]) -> dict[str, pl.DataFrame]:
-        """Every fragment of the flights, concatenated in the order given (the plan's); raises if one is missing."""
-        missing = [f for f in flight_ids if not self.committed(f)]
+    def problems(self, fingerprints: dict[str, str]) -> dict[str, str]:
+        """Each flight (of `{flight_id: fingerprint}`) without a valid commit, and why."""
+        found = {flight_id: self.problem(flight_id, fingerprint) for flight_id, fingerprint in fingerprints.items()}
+        return {flight_id: why for flight_id, why in found.items() if why is not None}
+
+    def tables(self, fingerprints: dict[str, str]) -> dict[str, pl.DataFrame]:
+        """Every fragment of the flights (`{flight_id: fingerprint}`, in plan order), concatenated; raises if one
+        lacks a valid commit."""
+        missing = self.problems(fingerprints)
         if missing:
-            raise RuntimeError(f"{self.partition}: flights {missing} have no whole commit under run {self.root_run_id}: "
-                               "rerun the partition's GPU steps")
+            raise RuntimeError(f"{self.partition}: flights {sorted(missing)} have no valid commit under run "
+                               f"{self.root_run_id}: rerun the partition's GPU steps")
+        flight_ids = list(fingerprints)
         parts: dict[str, list[pl.DataFrame]] = {name: [] for name in FRAGMENTS}
         for flight_id in flight_ids:
             for name in FRAGMENTS:
@@ -117,8 +132,31 @@ class FlightCommits:
         return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal").select(list(FRAGMENTS[name]))
                 for name, frames in parts.items()}
 
-    def discard(self) -> None:
-        """Remove this partition's work folder, every root's (after the tables are in place)."""
-        fs, path = self.storage.filesystem(self.storage.output_url(WORK_ASSET, self.partition))
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+    def _marker_url(self) -> str:
+        return self._url() + ".assembled.json"
+
+    def mark_assembled(self, plan_fingerprint: str, run_id: str) -> None:
+        """Record that this root run wrote the partition's tables from the plan `plan_fingerprint`."""
+        self.storage.write_bytes(self._marker_url(), json.dumps(
+            {"root_run_id": self.root_run_id, "run_id": run_id, "plan": plan_fingerprint}).encode())
+
+    def assembled(self) -> dict | None:
+        """This root run's assembled record for the partition (None: not assembled by this root run)."""
+        try:
+            return json.loads(self.storage.read_bytes(self._marker_url()))
+        except FileNotFoundError:
+            return None
+
+    def discard(self) -> int:
+        """Remove the partition's work folder (every root's commits and markers) but this root's marker; returns
+        how many files were removed."""
+        fs, root = self.storage.filesystem(self.storage.output_url(WORK_ASSET, self.partition))
+        keep = self.storage.filesystem(self._marker_url())[1]
+        removed = 0
+        for path in (fs.find(root) if fs.exists(root) else []):
+            if path != keep:
+                remove_path(fs, path)
+                removed += 1
+        if is_local(fs) and fs.exists(root):
+            remove_empty_folders(root)
+        return removed

@@ -46,6 +46,9 @@ class SectionStats:
     embedding_work: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     embedding_paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
+    # flights with no speech to transcribe: no ASR call ran, so there is no decoder to check (NeMo builds and
+    # captures its CUDA graphs lazily, on the first decode: demanding a captured graph would fail them)
+    decoder_checks_skipped: int = 0
 
 
 def _timed(stats: SectionStats, stage: str):
@@ -107,22 +110,12 @@ def process_flight(
     for uid in waveforms:
         outcome = outcomes[uid]
         segments.extend(speech_segments(uid, outcome.vad.regions, outcome.duration_s))
-    with _timed(stats, "asr"):
-        stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "before"))
-        try:
-            words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
-        except DecoderModeError:
-            raise
-        except Exception:  # the batch failed: retry unit by unit so one bad unit stays one
-            stats.asr_batch_retries += 1
-            words = []
-            for uid in waveforms:
-                try:
-                    words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid], asr_batch_size))
-                except Exception as unit_error:
-                    outcomes[uid].result_class = ResultClass.FAILED
-                    outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
-        stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
+    words: list[Word] = []
+    if not segments:
+        stats.decoder_checks_skipped += 1
+    else:
+        with _timed(stats, "asr"):
+            words = _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size, cuda_graphs, stats)
 
     by_unit: dict[str, list[Word]] = collections.defaultdict(list)
     for word in words:
@@ -138,3 +131,24 @@ def process_flight(
         )
         outcome.words = list(zip(unit_words, speakers, strict=True))
     return list(outcomes.values())
+
+
+def _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size: int, cuda_graphs: bool,
+                        stats: SectionStats) -> list[Word]:
+    """One flight's ASR, the decoder's mode asserted before and after; a failed batch retried unit by unit."""
+    stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "before"))
+    try:
+        words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
+    except DecoderModeError:
+        raise
+    except Exception:  # the batch failed: retry unit by unit so one bad unit stays one
+        stats.asr_batch_retries += 1
+        words = []
+        for uid in waveforms:
+            try:
+                words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid], asr_batch_size))
+            except Exception as unit_error:
+                outcomes[uid].result_class = ResultClass.FAILED
+                outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
+    stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
+    return words

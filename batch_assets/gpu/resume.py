@@ -1,0 +1,99 @@
+"""Which flights a GPU step must process: the partition's current plan, its commits, and who owns what.
+
+Why: a re-execution from failure (by hand or by the instance's run retries) reruns only the steps Dagster
+chooses. For a dynamic fan-out Dagster 1.13 reruns the shard steps that had started and never the ones that
+had not (`KnownExecutionState` counts the unresolved `gpu_shard[?]` as seen once any of its instances
+started), so the shards that had not started would be skipped and their units published as failed. Here
+every planned flight has exactly one owner among the shard steps that do run: a shard step that runs owns its
+own flights; the flights of a shard whose step does not run in this run, and flights the plan gained since
+the shards were planned, are shared out over the shard steps that run. Each owner processes its flights that
+have no valid commit (`FlightCommits.problem`). When no shard step of a partition runs (the first shard
+finished and the run died before the next one started: Dagster then reruns only the assembly), the assembly
+step, a GPU step too, processes what is left; it writes nothing while any planned flight lacks a commit.
+
+A flight's fingerprint is what its results depend on: its units in order with their offsets, sample counts,
+result classes and audio checksums (not the flight file's URI, which changes with every materialization of
+`prepared_flights` even when the audio does not). A commit made for another fingerprint is redone. No Dagster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+
+import polars as pl
+
+from batch_assets.results import ResultClass
+
+SHARD_STEP = "gpu_section.gpu_shard"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedFlight:
+    flight_id: str
+    audio_s: float
+    num_units: int
+    audio_uri: str
+    fingerprint: str
+
+
+def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.DataFrame,
+                    units: Iterable[str] | None = None) -> list[PlannedFlight]:
+    """The flights the GPU work must process, in plan order: all of them, or (a `units` rerun) those holding one
+    of `units` as an `ok` unit; each with its fingerprint."""
+    checksums = dict(zip(manifest["unit_id"], manifest["sha256"], strict=True))
+    chosen = None if units is None else set(units)
+    by_flight: dict[str, list[list]] = {}
+    wanted: set[str] = set()
+    for row in plan.sort("position").iter_rows(named=True):
+        by_flight.setdefault(row["flight_id"], []).append(
+            [row["unit_id"], row["offset_samples"], row["num_samples"], row["result_class"], checksums.get(row["unit_id"])])
+        if chosen is None or (row["unit_id"] in chosen and row["result_class"] == str(ResultClass.OK)):
+            wanted.add(row["flight_id"])
+    out = []
+    for row in flights.iter_rows(named=True):
+        if chosen is not None and row["flight_id"] not in wanted:
+            continue
+        digest = hashlib.sha256(json.dumps(by_flight.get(row["flight_id"], [])).encode()).hexdigest()[:32]
+        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), row["audio_uri"], digest))
+    return out
+
+
+def plan_fingerprint(flights: list[PlannedFlight]) -> str:
+    """One digest of a whole plan (which flights, each with its fingerprint)."""
+    return hashlib.sha256(json.dumps([[f.flight_id, f.fingerprint] for f in flights]).encode()).hexdigest()[:32]
+
+
+def shard_mapping_key(partition: str, shard: int) -> str:
+    return f"{partition.replace('-', '')}_s{shard:03d}"
+
+
+def executing_shards(step_keys_to_execute: list[str] | None, partition: str, shards: int) -> list[int]:
+    """The shards of `partition` whose steps this run executes: all when the run executes every step (no step
+    selection) or re-plans the shards (the unresolved `gpu_shard[?]` is selected); otherwise those named."""
+    every = list(range(shards))
+    if step_keys_to_execute is None or f"{SHARD_STEP}[?]" in step_keys_to_execute:
+        return every
+    pattern = re.compile(re.escape(SHARD_STEP) + r"\[" + re.escape(partition.replace("-", "")) + r"_s(\d{3,})\]")
+    return sorted({int(m.group(1)) for key in step_keys_to_execute if (m := pattern.fullmatch(key))} & set(every))
+
+
+def owned_flights(shard: int, shard_flights: list[list[str]], executing: list[int], planned: list[str]) -> list[str]:
+    """The planned flights shard `shard` (one of `executing`) is responsible for, in plan order.
+
+    A running shard owns its own planned flights; the flights of each shard that does not run go, shard by
+    shard, to the running shards in turn; flights in no shard (the plan changed since) likewise, one by one.
+    """
+    if shard not in executing:
+        return []
+    owner: dict[str, int] = {}
+    for index, flights in enumerate(shard_flights):
+        for flight_id in flights:
+            owner[flight_id] = index if index in executing else executing[index % len(executing)]
+    extra = [f for f in planned if f not in owner]
+    for i, flight_id in enumerate(extra):
+        owner[flight_id] = executing[i % len(executing)]
+    return [f for f in planned if owner[f] == shard]

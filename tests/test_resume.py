@@ -1,0 +1,55 @@
+"""Which flights each GPU step of a re-execution owns (batch_assets/gpu/resume.py), on plain values.
+
+The end-to-end cases (real kills, real re-executions) are in tests/test_deployed.py; these pin the rules.
+"""
+
+import polars as pl
+
+from batch_assets.gpu.resume import (
+    executing_shards,
+    owned_flights,
+    plan_fingerprint,
+    planned_flights,
+)
+
+P = "2026-02-01"
+SHARDS = [["f0", "f1"], ["f2", "f3"], ["f4"]]
+PLANNED = ["f0", "f1", "f2", "f3", "f4"]
+
+
+def test_a_run_that_executes_every_step_runs_every_shard():
+    assert executing_shards(None, P, 3) == [0, 1, 2]
+    assert executing_shards(["gpu_section.plan_gpu_shards", "gpu_section.gpu_shard[?]"], P, 3) == [0, 1, 2]
+
+
+def test_a_reexecution_runs_the_shards_it_names_for_this_partition_only():
+    keys = ["gpu_section.gpu_shard[20260201_s001]", "gpu_section.gpu_shard[20260202_s000]", "gpu_section.assemble_gpu_tables"]
+    assert executing_shards(keys, P, 3) == [1]
+    assert executing_shards(["gpu_section.assemble_gpu_tables"], P, 3) == []
+
+
+def test_every_planned_flight_has_exactly_one_owner_among_the_shards_that_run():
+    for executing in ([0, 1, 2], [0], [1], [0, 2], [2]):
+        owned = {shard: owned_flights(shard, SHARDS, executing, PLANNED + ["f5"]) for shard in range(3)}
+        flat = [f for flights in owned.values() for f in flights]
+        assert sorted(flat) == sorted(PLANNED + ["f5"]), (executing, owned)  # none dropped, none twice
+        assert all(not owned[s] for s in range(3) if s not in executing)
+        for shard in executing:  # a running shard keeps its own flights
+            assert set(SHARDS[shard]) <= set(owned[shard])
+    assert owned_flights(0, SHARDS, [0], PLANNED) == PLANNED  # the only running shard takes over the day
+    assert owned_flights(1, SHARDS, [1], ["f2", "f3"]) == ["f2", "f3"]  # flights no longer planned are dropped
+
+
+def test_a_flights_fingerprint_follows_its_units_and_audio_not_its_file():
+    manifest = pl.DataFrame({"unit_id": ["a", "b"], "sha256": ["s1", "s2"]})
+    plan = pl.DataFrame({"flight_id": ["f0", "f0"], "unit_id": ["a", "b"], "position": [0, 1], "offset_samples": [0, 10],
+                         "num_samples": [10, 20], "result_class": ["ok", "ok"]})
+    flights = pl.DataFrame({"flight_id": ["f0"], "num_units": [2], "audio_s": [1.0], "audio_uri": ["/v1/f0.npy"]})
+    [first] = planned_flights(manifest, plan, flights)
+    [moved] = planned_flights(manifest, plan, flights.with_columns(pl.lit("/v2/f0.npy").alias("audio_uri")))
+    assert first.fingerprint == moved.fingerprint  # rematerialized, same audio: the commit is still good
+    [changed] = planned_flights(manifest.with_columns(pl.Series("sha256", ["s1", "other"])), plan, flights)
+    assert changed.fingerprint != first.fingerprint  # the audio changed: redo
+    assert planned_flights(manifest, plan, flights, units=["b"]) == [first]
+    assert planned_flights(manifest, plan, flights, units=["zzz"]) == []
+    assert plan_fingerprint([first]) == plan_fingerprint([moved]) != plan_fingerprint([changed])
