@@ -4,9 +4,9 @@ Why not Dagster's default: on Kubernetes each step runs in its own pod, so step 
 every pod can read them; the project's storage (local or S3) already is. Values are small dicts; audio and
 tables never travel this way. Files go under `{storage}/.dagster-io/{run_id}/{step}/{output}[/{mapping_key}].json`.
 
-A failed run keeps its values (a re-execution from failure loads them); once a run of a lineage succeeds, the
-values of the whole lineage, and those of any other run that succeeded, are removed (`discard_run_values`,
-called by the last GPU step).
+A failed run keeps its values (a re-execution from failure loads them); once it, or a re-execution of it, has
+succeeded, its values are removed by the next assembly step of any run (`discard_run_values`: best effort, it
+never fails the step).
 """
 
 from __future__ import annotations
@@ -34,25 +34,23 @@ class StorageJsonIOManager(dg.ConfigurableIOManager):
         return json.loads(self.storage.read_bytes(self._url(context.upstream_output)))
 
 
-def discard_run_values(storage: StorageResource, instance: dg.DagsterInstance, run: dg.DagsterRun) -> list[str]:
-    """Remove the step values of `run`'s lineage (it and the runs it re-executes: none needs them once it
-    succeeds) and of every other run the instance knows as succeeded; returns the run ids removed."""
-    lineage = []
-    current: dg.DagsterRun | None = run
-    while current is not None:
-        lineage.append(current.run_id)
-        current = instance.get_run_by_id(current.parent_run_id) if current.parent_run_id else None
+def discard_run_values(storage: StorageResource, instance: dg.DagsterInstance, recent: int = 1000) -> list[str]:
+    """Remove the step values of every run that succeeded, and of every run a succeeded run re-executed (its
+    ancestors: nothing re-executes from them any more), among the `recent` latest successes. Values of other
+    runs are kept (a re-execution from failure loads them), the calling run's own included (a later run removes
+    them once this one has succeeded). Returns the run ids removed."""
     fs, root = storage.filesystem(storage.url(VALUES_FOLDER))
     try:
-        listed = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
+        listed = {posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)}
     except FileNotFoundError:
-        listed = []
-    removed = []
-    for run_id in listed:
-        if run_id not in lineage:
-            other = instance.get_run_by_id(run_id)
-            if other is None or other.status != dg.DagsterRunStatus.SUCCESS:
-                continue  # a failed run's values serve its re-execution; an unknown run may be another instance's
+        return []
+    finished: set[str] = set()
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS]), limit=recent):
+        current: dg.DagsterRun | None = run
+        while current is not None and current.run_id not in finished:
+            finished.add(current.run_id)
+            current = instance.get_run_by_id(current.parent_run_id) if current.parent_run_id else None
+    removed = sorted(listed & finished)
+    for run_id in removed:
         storage.remove_tree(storage.url(VALUES_FOLDER, run_id))
-        removed.append(run_id)
     return removed

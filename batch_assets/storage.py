@@ -176,7 +176,8 @@ class StorageResource(dg.ConfigurableResource):
         """Replace the file whole, so readers never see half of it.
 
         Locally: a temporary file beside it, flushed to disk, then renamed over it (`os.replace`, atomic).
-        On an object store: one PUT, which replaces the object atomically. No copy or move through fsspec:
+        On an object store: one upload (a PUT; a multipart upload above s3fs's 100 MiB threshold), which replaces
+        the object atomically when it completes. No copy or move through fsspec:
         its copy expands `[`, `]`, `*` and `?` in the source path as a glob (a step key such as
         `gpu_section.gpu_shard[20260201_s000]` then matches nothing), and a temporary object could be left behind.
         """
@@ -214,7 +215,7 @@ class StorageResource(dg.ConfigurableResource):
     def replace_partition(self, asset: str, partition: str, remove_stale: bool = True) -> Iterator[PartitionOutputs]:
         """One materialization's outputs for (asset, partition), replacing the previous ones.
 
-        Tables are written whole (`write_bytes`: a temporary file renamed into place locally; one PUT on S3,
+        Tables are written whole (`write_bytes`: a temporary file renamed into place locally; one upload on S3,
         so the object appears whole), so a reader sees the old table or the
         new one, never half of one and never an empty folder. Arrays go to a folder of their own per
         materialization (`outputs.version`), so the previous tables keep pointing at the previous

@@ -15,8 +15,8 @@ device and each flight's audio. A graph of three steps produces them (the day st
 3. `assemble_gpu_tables` (also a GPU step): once every shard step succeeded, processes any planned flight
    still without a valid commit (a re-execution that reran no shard step), builds the three assets'
    tables from the commits and replaces the partition's tables atomically (or, for a `units` rerun, only
-   those units' rows), records each asset's metadata, releases the lease and removes the lineage's step
-   values.
+   those units' rows), records each asset's metadata, releases the lease and removes the step values of
+   runs that succeeded or were re-executed successfully.
 
 A run may carry several partitions (a backfill under the BackfillPolicy): each has its own shards and its
 own materializations; a GPU step loads the models once for all the shards it runs.
@@ -94,12 +94,19 @@ class LeverConfig(dg.Config):
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
 
+def units_field():
+    return Field(default=[], description="Rerun only these units of the partition (unit_id or relative key); the other "
+                 "units keep their rows. Empty: the whole partition, replaced.")
+
+
+class AssembleConfig(LeverConfig):
+    """The assembly's config: the levers (for flights it finishes itself) and the `units` of a rerun."""
+
+    units: list[str] = units_field()
+
+
 class PlanConfig(dg.Config):
-    units: list[str] = Field(
-        default=[],
-        description="Rerun only these units of the partition (unit_id or relative key); the other units keep their rows. "
-        "Empty: the whole partition, replaced.",
-    )
+    units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
         description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (14400)",
@@ -128,8 +135,8 @@ class GpuSectionConfig(LeverConfig, PlanConfig):
 def gpu_section_config(config: GpuSectionConfig) -> dict:
     values = config.model_dump()
     pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
-    levers = {"config": pick(LeverConfig)}
-    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": levers, "assemble_gpu_tables": levers}
+    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(LeverConfig)},
+            "assemble_gpu_tables": {"config": pick(AssembleConfig)}}
 
 
 def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
@@ -224,7 +231,11 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard["units"])}
         executing = executing_shards(context.run.step_keys_to_execute, partition, shard["shards"])
         owned = owned_flights(shard["shard"], shard.get("shard_flights") or _own_only(shard), executing, list(planned))
-        problems = commits.problems({f: planned[f].fingerprint for f in owned})
+        done = assembled_from(commits, list(planned.values()))
+        if done is not None:  # a re-execution of all steps, after this lineage wrote the partition from this plan
+            context.log.info(f"{partition} shard {shard['shard']}: already assembled from this plan by run "
+                             f"{done['run_id']} of this run's lineage: nothing to do")
+        problems = {} if done is not None else commits.problems({f: planned[f].fingerprint for f in owned})
         report = {"partition": partition, "shard": shard["shard"], "shards": shard["shards"], "flights": owned,
                   "units": shard["units"],
                   "audio_s": round(sum(planned[f].audio_s for f in owned), 3),
@@ -296,6 +307,12 @@ def process_flights(context, config: LeverConfig, storage: StorageResource, gpu:
     }
 
 
+def assembled_from(commits: FlightCommits, planned: list[PlannedFlight]) -> dict | None:
+    """The record of this root run's assembly of the partition, if it was assembled from exactly this plan."""
+    done = commits.assembled()
+    return done if done is not None and done["plan"] == plan_fingerprint(planned) else None
+
+
 def _own_only(shard: dict) -> list[list[str]]:
     """A shard spec from before `shard_flights` existed (a run resumed across a deploy): only its own flights known."""
     return [shard["flights"] if i == shard["shard"] else [] for i in range(shard["shards"])]
@@ -306,9 +323,10 @@ def log_resume(context, shard: dict, report: dict, problems: dict[str, str], roo
     partition, index = shard["partition"], shard["shard"]
     if report["taken_over"]:
         idle = [i for i in range(shard["shards"]) if i not in executing]
+        pending = [f for f in report["taken_over"] if f in problems]
         context.log.warning(f"{partition} shard {index}: this run does not execute shard(s) {idle} of {shard['shards']}: "
-                            f"taking over their flights without a valid commit ({len(report['taken_over'])} flight(s): "
-                            f"{report['taken_over']})")
+                            f"taking over {len(report['taken_over'])} of their flights, {len(pending)} without a valid "
+                            f"commit: {pending}")
     if report["resumed_flights"] or context.run.parent_run_id:
         context.log.warning(f"{partition} shard {index}: resuming run {root}: {len(report['resumed_flights'])} flight(s) "
                             f"already committed, {len(problems)} to process")
@@ -326,7 +344,7 @@ def log_resume(context, shard: dict, report: dict, problems: dict[str, str], roo
     description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble each "
     "partition's three tables from the commits and replace them atomically",
 )
-def assemble_gpu_tables(context: dg.AssetExecutionContext, config: LeverConfig, storage: StorageResource,
+def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
                         gpu: GpuResource, reports: list):
     partitions = list(context.partition_keys)
     for partition in partitions:
@@ -342,8 +360,11 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, config: LeverConfig, 
                                  allow_retries=False) from error
             for asset, values in metadata.items():
                 context.add_asset_metadata(values, asset_key=asset, partition_key=partition)
-    removed = discard_run_values(storage, context.instance, context.run)
-    context.log.info(f"removed the step values of {len(removed)} finished run(s) from {VALUES_FOLDER}/")
+    try:  # housekeeping: never fails a step whose partitions are written
+        removed = discard_run_values(storage, context.instance)
+        context.log.info(f"removed the step values of {len(removed)} finished run(s) from {VALUES_FOLDER}/")
+    except Exception as error:  # noqa: BLE001
+        context.log.warning(f"could not remove old step values from {VALUES_FOLDER}/ ({type(error).__name__}: {error})")
     for asset in GPU_ASSET_KEYS:
         yield dg.Output(None, asset)
 
@@ -375,7 +396,7 @@ def gpu_section(prepared_flights, fetched_audio):
     return {"vad_scores": vad_scores, "diarization": diarization, "transcripts": transcripts}
 
 
-def assemble_partition(context: dg.AssetExecutionContext, config: LeverConfig, storage: StorageResource,
+def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
                        gpu: GpuResource, lease, partition: str, reports: list[dict], partitions_in_run: int) -> dict[str, dict]:
     """Build and write one partition's tables from its commits; returns each asset's metadata.
 
@@ -386,20 +407,17 @@ def assemble_partition(context: dg.AssetExecutionContext, config: LeverConfig, s
     """
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
-    chosen = set(reports[0]["units"]) if reports and reports[0]["units"] is not None else None
+    chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen)
     commits = FlightCommits(storage, partition, root_run_id(context))
-    done = commits.assembled()
-    if done is not None:
-        if done["plan"] != plan_fingerprint(planned):
-            raise dg.Failure(f"{partition}: run {done['run_id']} of this run's lineage wrote this partition's tables, and "
-                             "its flight plan has changed since (prepared_flights was rematerialized): rerun the partition",
-                             allow_retries=False)
-        context.log.info(f"{partition}: already assembled by run {done['run_id']} of this run's lineage: kept as written")
+    if assembled_from(commits, planned) is not None:
+        context.log.info(f"{partition}: already assembled from this plan by run {commits.assembled()['run_id']} of "
+                         "this run's lineage: kept as written")
         tables = {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLE_SCHEMAS}
         uris = {key: storage.output_url(key[0], partition, f"{key[1]}.parquet") for key in TABLE_SCHEMAS}
         return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
-    problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
+    fingerprints = {f.flight_id: f.fingerprint for f in planned}
+    problems = commits.problems(fingerprints)
     if problems:
         context.log.warning(f"{partition}: {len(problems)} planned flight(s) without a valid commit after the shard steps "
                             f"of this run (their shard steps did not run, or the plan changed): processing them here: "
@@ -410,7 +428,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: LeverConfig, s
                               "taken_over": list(problems), "resumed_flights": []}
                    | process_flights(context, config, storage, gpu, lease, commits,
                                      sorted(chosen) if chosen is not None else None, by_id, list(problems))]
-        problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
+        problems = commits.problems({f: fingerprints[f] for f in problems})  # only those just processed
     if problems:
         shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])
         raise dg.Failure(
@@ -419,7 +437,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: LeverConfig, s
             metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
-    fragments = commits.tables({f.flight_id: f.fingerprint for f in planned})
+    fragments = commits.fragments(flight_ids)  # every one validated above
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),

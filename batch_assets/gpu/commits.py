@@ -2,7 +2,7 @@
 
 Why: a GPU step on a preemptible node that dies must not lose the flights it finished. A step retry, a
 run retry from failure or a re-execution from failure of the same run (the same *root* run id) finds the
-committed flights and resumes after them; a new run (a new root) starts from scratch.
+committed flights and processes only the others; a new run (a new root) starts from scratch.
 
 Layout (through `StorageResource`, so S3 works), per partition and root run:
 `{storage}/gpu_work/{partition}/{root_run_id}/{flight_id}/{vad_units,regions,turns,speakers,outcomes,words}.parquet`
@@ -122,7 +122,10 @@ class FlightCommits:
         if missing:
             raise RuntimeError(f"{self.partition}: flights {sorted(missing)} have no valid commit under run "
                                f"{self.root_run_id}: rerun the partition's GPU steps")
-        flight_ids = list(fingerprints)
+        return self.fragments(list(fingerprints))
+
+    def fragments(self, flight_ids: list[str]) -> dict[str, pl.DataFrame]:
+        """Every fragment of the flights, concatenated in the order given, their commits already validated."""
         parts: dict[str, list[pl.DataFrame]] = {name: [] for name in FRAGMENTS}
         for flight_id in flight_ids:
             for name in FRAGMENTS:
