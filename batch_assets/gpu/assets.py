@@ -402,8 +402,8 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
 
     First, any flight of the current plan without a valid commit is processed here (`gpu/resume.py`: Dagster's
     re-execution may rerun no shard step at all); then, should one still lack a commit, nothing is written. A
-    partition this root run already wrote (a re-execution of a run that failed later) is not written again:
-    its metadata is read from the tables in place.
+    partition this root run already wrote from the same plan (a re-execution of a run that failed later) is not
+    written again: its metadata is read from the tables in place.
     """
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
