@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 import time
 
@@ -145,8 +146,6 @@ def dev(host: str, port: int, grace_s: float = 10.0) -> int:
 
 
 def _folder_bytes(path) -> int:
-    import pathlib
-
     return sum(p.stat().st_size for p in pathlib.Path(path).rglob("*") if p.is_file() and not p.is_symlink())
 
 
@@ -154,6 +153,7 @@ def fetch_models() -> int:
     """Load the configured models once (BATCH_ASSETS_ASR_MODEL, BATCH_ASSETS_DIARIZATION_PIPELINE; CPU), which fills
     the caches the step pods read: the Hugging Face hub cache (HF_HOME: parakeet's .nemo, community-1's files) and
     the builtin models' cache (BATCH_ASSETS_MODEL_CACHE); prints each cache and its size."""
+    import torch
     from huggingface_hub import constants
 
     from batch_assets.gpu.loaded import load_models
@@ -162,8 +162,6 @@ def fetch_models() -> int:
 
     asr = env_str("BATCH_ASSETS_ASR_MODEL", TINY_TDT)
     pipeline = env_str("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION)
-    import torch
-
     loaded = load_models(asr, pipeline, torch.device("cpu"))
     print(f"batch-assets: loaded {asr} and {pipeline} in {loaded.load_seconds:.1f} s")
     for name, path in (("HF_HOME hub cache", constants.HF_HUB_CACHE), ("BATCH_ASSETS_MODEL_CACHE", cache_root())):

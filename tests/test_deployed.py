@@ -94,14 +94,18 @@ def _commits(deployment, partition: str = P) -> list[str]:
     return [f for f in _files(deployment, f"gpu_work/{partition}") if f.endswith(".commit.json")]
 
 
+def _value_run(path: str) -> str:
+    """The run whose step value `path` is (`.../.dagster-io/{run}/...`)."""
+    return path.split("/.dagster-io/", 1)[1].split("/", 1)[0]
+
+
 def _value_runs(deployment) -> set[str]:
-    """The runs whose step values are stored (`.dagster-io/{run}/...`)."""
-    return {f.split("/.dagster-io/", 1)[1].split("/", 1)[0] for f in _files(deployment, ".dagster-io")}
+    """The runs whose step values are stored."""
+    return {_value_run(f) for f in _files(deployment, ".dagster-io")}
 
 
 def _shard_values(deployment, old_runs: set[str]) -> list[str]:
-    return [f for f in _files(deployment, ".dagster-io") if "gpu_shard[" in f
-            and f.split("/.dagster-io/", 1)[1].split("/", 1)[0] not in old_runs]
+    return [f for f in _files(deployment, ".dagster-io") if "gpu_shard[" in f and _value_run(f) not in old_runs]
 
 
 MOMENTS = {

@@ -410,8 +410,9 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen)
     commits = FlightCommits(storage, partition, root_run_id(context))
-    if assembled_from(commits, planned) is not None:
-        context.log.info(f"{partition}: already assembled from this plan by run {commits.assembled()['run_id']} of "
+    units = sorted(chosen) if chosen is not None else None
+    if (done := assembled_from(commits, planned)) is not None:
+        context.log.info(f"{partition}: already assembled from this plan by run {done['run_id']} of "
                          "this run's lineage: kept as written")
         tables = {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLE_SCHEMAS}
         uris = {key: storage.output_url(key[0], partition, f"{key[1]}.parquet") for key in TABLE_SCHEMAS}
@@ -423,11 +424,10 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
                             f"of this run (their shard steps did not run, or the plan changed): processing them here: "
                             + "; ".join(f"{flight_id}: {why}" for flight_id, why in problems.items()))
         by_id = {f.flight_id: f for f in planned}
-        reports = [*reports, {"partition": partition, "shard": "finish", "flights": list(problems), "units": reports[0]["units"]
-                              if reports else None, "audio_s": round(sum(by_id[f].audio_s for f in problems), 3),
+        reports = [*reports, {"partition": partition, "shard": "finish", "flights": list(problems), "units": units,
+                              "audio_s": round(sum(by_id[f].audio_s for f in problems), 3),
                               "taken_over": list(problems), "resumed_flights": []}
-                   | process_flights(context, config, storage, gpu, lease, commits,
-                                     sorted(chosen) if chosen is not None else None, by_id, list(problems))]
+                   | process_flights(context, config, storage, gpu, lease, commits, units, by_id, list(problems))]
         problems = commits.problems({f: fingerprints[f] for f in problems})  # only those just processed
     if problems:
         shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])
