@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
+    run_parser.add_argument("--allow-degrade", action="store_true",
+                            help="publish even if most units with transcripts would become fetch_failed, failed or "
+                            "changed_since_listed (or every unit of a first-time day fails for one reason)")
     show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
     show_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     show_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
@@ -192,8 +195,18 @@ def main(argv: list[str] | None = None) -> int:
         return dev(args.host, args.port)
     if args.command == "show":
         return show(args.partition, args.unit)
-    config = {"ops": {"fetched_audio": {"config": {"allow_shrink": True}}}} if args.allow_shrink else None
-    return run(args.partition, args.through, config)
+    return run(args.partition, args.through, guard_overrides(args.allow_shrink, args.allow_degrade))
+
+
+def guard_overrides(allow_shrink: bool, allow_degrade: bool) -> dict | None:
+    """The run config that forces the guards the flags name (`--allow-shrink`, `--allow-degrade`), or None."""
+    ops: dict = {}
+    if allow_shrink:
+        ops.setdefault("fetched_audio", {"config": {}})["config"]["allow_shrink"] = True
+    if allow_degrade:
+        for op in ("fetched_audio", "prepared_flights", "gpu_section"):
+            ops.setdefault(op, {"config": {}})["config"]["allow_degrade"] = True
+    return {"ops": ops} if ops else None
 
 
 if __name__ == "__main__":

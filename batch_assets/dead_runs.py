@@ -7,8 +7,11 @@ concurrency slots, and with one `gpu` slot every later run waits at "Step blocke
 
 What: for an instance whose runs all live on this machine (SQLite storage, the default launcher), a
 STARTED run is dead when every process Dagster recorded for it (the `pid` of its engine events: the run
-worker and its step processes) is gone: no such process, a zombie, or a newer process that reused the
-pid. Such a run is reported failed (with the reason, in its own log) and its slots are freed. Called
+worker and its step processes) is gone: no such process, a zombie, or (for the processes whose identity
+this project's steps recorded: each step's own and its parent's, the run worker) another process that
+reused the pid, told apart by its start time in clock ticks since boot and the boot id from `/proc`.
+Wall-clock time is never compared, so a clock step cannot declare a live run dead; a pid known only to
+Dagster counts as alive while any process has it. Such a run is reported failed (with the reason, in its own log) and its slots are freed. Called
 before `batch-assets run` launches, at the start of the ingest steps (so the new run's log says so), and
 by the `free_dead_runs` sensor every 30 s under `dagster dev` / the daemon. Runs on another kind of
 instance (Postgres, Kubernetes) are left to Dagster's run monitoring.
@@ -22,50 +25,88 @@ from collections.abc import Callable
 
 import dagster as dg
 
-_BOOT_TIME: list[float] = []
+IDENTITY_EVENT = "batch_assets process identity"
 
 
-def _boot_time() -> float:
-    if not _BOOT_TIME:
-        line = next(line for line in pathlib.Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-        _BOOT_TIME.append(float(line.split()[1]))
-    return _BOOT_TIME[0]
+def _boot_id() -> str:
+    return pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-def process_alive(pid: int, recorded_at: float) -> bool:
-    """Whether process `pid`, recorded at unix time `recorded_at`, still runs (and is not another that took its pid)."""
+def process_identity(pid: int) -> dict | None:
+    """What tells this process from any later one with its pid: its start time in clock ticks since boot (from
+    `/proc/{pid}/stat`, unaffected by wall-clock steps) and the boot's id; None when it is not running."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return {"pid": pid, "start_ticks": int(fields[19]), "boot_id": _boot_id(), "state": fields[0]}
+    except (OSError, IndexError, ValueError):  # gone, or hidden from us (`/proc` mounted with hidepid)
+        return None
+
+
+def process_alive(pid: int, identity: dict | None = None) -> bool:
+    """Whether process `pid` still runs: it exists and is not a zombie, and, when its `identity` was recorded
+    (`process_identity` when it ran), it is that very process (same start ticks, same boot), not a later one
+    that reused the pid. No wall clock is involved: a clock step cannot make a live process look dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
+        pass
+    now = process_identity(pid)
+    if now is None:  # it exists (kill said so) but cannot be inspected: alive, as far as we can tell
         return True
-    stat = pathlib.Path(f"/proc/{pid}/stat")
-    try:
-        fields = stat.read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, IndexError):
-        return stat.parent.exists()
-    if fields[0] in ("Z", "X"):  # killed, waiting for its parent to reap it
+    if now["state"] in ("Z", "X"):  # killed, waiting for its parent to reap it
         return False
-    started = _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    return started <= recorded_at + 2.0  # a process started after the record is another one with a reused pid
+    if identity is None:
+        return True
+    return (now["start_ticks"], now["boot_id"]) == (identity.get("start_ticks"), identity.get("boot_id"))
+
+
+def record_process_identity(context) -> None:
+    """Record, in the run's event log, the identity of this step's process and of its parent (the run worker), so
+    that the dead-run check judges them by identity (`process_alive`). Local instances only (the others are left to
+    Dagster's run monitoring)."""
+    from dagster._core.events import (
+        EngineEventData,  # not exported at top level; what report_engine_event takes
+    )
+
+    if not _is_local_instance(context.instance):
+        return
+    for pid in sorted({os.getpid(), os.getppid()} - {1}):  # not init (a parent already gone)
+        identity = process_identity(pid)
+        if identity is None:
+            continue
+        context.instance.report_engine_event(
+            f"{IDENTITY_EVENT}: pid {pid}", context.run,
+            EngineEventData({"pid": dg.MetadataValue.int(pid), "pid_start_ticks": dg.MetadataValue.int(identity["start_ticks"]),
+                                "boot_id": dg.MetadataValue.text(identity["boot_id"])}),
+        )
 
 
 def _is_local_instance(instance: dg.DagsterInstance) -> bool:
-    from dagster._core.launcher import DefaultRunLauncher  # the launcher class is not exported at top level
+    from dagster._core.launcher import (
+        DefaultRunLauncher,  # the launcher class is not exported at top level
+    )
 
     return "Sqlite" in type(instance.run_storage).__name__ and isinstance(instance.run_launcher, DefaultRunLauncher)
 
 
-def recorded_processes(instance: dg.DagsterInstance, run_id: str) -> list[tuple[int, float]]:
-    """(pid, unix time recorded) of every process Dagster's engine and step-worker events name for the run."""
-    found = []
+def recorded_processes(instance: dg.DagsterInstance, run_id: str) -> dict[int, dict | None]:
+    """Every process Dagster's engine and step-worker events name for the run: pid -> its recorded identity (from
+    `record_process_identity`), or None where only the pid is known."""
+    found: dict[int, dict | None] = {}
     kinds = {dg.DagsterEventType.ENGINE_EVENT, dg.DagsterEventType.STEP_WORKER_STARTED}
     for record in instance.get_records_for_run(run_id, of_type=kinds).records:
         event = record.event_log_entry.dagster_event
-        pid = event.engine_event_data.metadata.get("pid") if event and event.engine_event_data else None
-        if pid is not None:
-            found.append((int(pid.value), record.event_log_entry.timestamp))
+        metadata = event.engine_event_data.metadata if event and event.engine_event_data else {}
+        pid = metadata.get("pid")
+        if pid is None:
+            continue
+        pid = int(pid.value)
+        if "pid_start_ticks" in metadata and "boot_id" in metadata:
+            found[pid] = {"start_ticks": int(metadata["pid_start_ticks"].value), "boot_id": metadata["boot_id"].value}
+        else:
+            found.setdefault(pid, None)
     return found
 
 
@@ -76,9 +117,9 @@ def free_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], object] = 
     freed = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
         processes = recorded_processes(instance, run.run_id)
-        if not processes or any(process_alive(pid, at) for pid, at in processes):
+        if not processes or any(process_alive(pid, identity) for pid, identity in processes.items()):
             continue
-        pids = ", ".join(str(pid) for pid in sorted({pid for pid, _ in processes}))
+        pids = ", ".join(str(pid) for pid in sorted(processes))
         instance.report_run_failed(
             run, message=f"the processes of this run (pid {pids}) are gone (killed?): marked failed by batch_assets so "
             "that its concurrency slots (pool gpu) are freed for later runs",

@@ -5,8 +5,9 @@ Transient failures are retried at two levels: each asset's `RetryPolicy` retries
 run (object-storage hiccups, a step that raised), and the instance's run retries (`run_retries` in
 dagster.yaml / `dagsterDaemon.runRetries` in the Helm values, with run monitoring on Kubernetes) relaunch
 a run that failed for another reason, such as a lost run pod, from the failed step on. Failures that a
-retry cannot fix are not retried: a quarantined GPU worker (rerun the partition: the new run gets a fresh
-process, on Kubernetes a fresh pod) and a bad `units` request.
+retry cannot fix are not retried: a GPU worker quarantined for a changed decoder mode (rerun the partition:
+the new run gets a fresh process, on Kubernetes a fresh pod), a guard's refusal and a bad `units` request.
+A device fault quarantines its worker too, but its step is retried, in a fresh process or pod.
 """
 
 import dagster as dg

@@ -15,6 +15,16 @@ finished (`holder_alive` returns False: the run failed, was canceled or succeede
 dead-run check failed a killed run), or, where liveness is unknown, when it expired; a live run keeps it
 while it waits between steps. Otherwise a writer waits, logging who holds it, up to `wait_s`, then
 fails naming the holder.
+
+Hardened edges:
+- a record is written durably (the file, then its folder, fsynced locally) and read back after its
+  creation: a writer whose record is not the one that landed (a store that ignores `If-None-Match`) lost;
+- a record that cannot be read (empty or cut short: what a crash can leave) counts as held while its
+  file is younger than the ttl, and as expired (logged) once it is older: it never blocks a partition
+  for ever;
+- fencing: `check()` raises `LeaseLost` unless the newest record is still this holder's generation; every
+  table write, array write, stale-file removal and flight commit calls it first, and renewal stops once
+  the lease was taken over, so a holder that was declared dead (paused, cut off) writes nothing more.
 """
 
 from __future__ import annotations
@@ -28,10 +38,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from batch_assets.storage import is_local, protocol, remove_path
+from batch_assets.storage import fsync_folder, is_local, protocol, remove_path
 
 LEASE_FOLDER = ".leases"
 _GENERATION = re.compile(r"gen-\d{6}\.json")  # not the temporary names a renewal writes beside it
+
+
+class LeaseLost(Exception):
+    """This holder's generation is no longer the partition's lease: it must not write."""
+
+    def __init__(self, partition: str, holder: str, why: str):
+        super().__init__(f"partition {partition}: run {holder} no longer holds the partition's lease ({why}); it writes "
+                         "nothing more. Either another run took the partition over (this one was presumed dead, or paused "
+                         "past its lease's ttl) or a failed step of this run gave the lease up: rerun the partition once "
+                         "no other run is writing it")
 
 
 class LeaseHeld(Exception):
@@ -65,14 +85,17 @@ def _exclusive_create(fs, path: str, data: bytes) -> bool:
         raise NotImplementedError(f"partition leases need an exclusive create: local folders and S3 only, not {protocol(fs)}://")
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    with open(tmp, "wb") as handle:  # whole before it is visible: a kill mid-write leaves no half record
+    with open(tmp, "wb") as handle:  # whole and on disk before it is visible: a crash leaves no half record
         handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
     try:
         os.link(tmp, path)  # atomic, and fails if the record exists
     except FileExistsError:
         return False
     finally:
         os.unlink(tmp)
+    fsync_folder(posixpath.dirname(path))
     return True
 
 
@@ -106,18 +129,40 @@ class PartitionLease:
         generation = int(posixpath.basename(names[-1])[4:10])
         try:
             with self.fs.open(names[-1], "rb") as handle:
-                return generation, json.loads(handle.read())
-        except (FileNotFoundError, ValueError):  # being written this instant: treat as held
+                record = json.loads(handle.read())
+            if not isinstance(record, dict) or not {"holder", "expires_unix", "released"} <= record.keys():
+                raise ValueError("not a lease record")
+            return generation, record
+        except FileNotFoundError:  # replaced this instant: treat as held
             return generation, {"holder": "?", "expires_unix": time.time() + self.ttl_s, "released": False}
+        except ValueError as error:  # empty or cut short (a crash while it was written) or garbled
+            try:
+                age = self._age_s(names[-1])
+            except FileNotFoundError:  # replaced this instant: treat as held
+                age = 0.0
+            return generation, {"holder": "?", "released": False, "expires_unix": time.time() + self.ttl_s - age,
+                                "unreadable": f"{posixpath.basename(names[-1])} is unreadable ({str(error)[:80]}), "
+                                f"{age:.0f} s old"}
+
+    def _age_s(self, path: str) -> float:
+        """Seconds since the file was last written (its storage's modification time)."""
+        info = self.fs.info(path)
+        modified = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+        if hasattr(modified, "timestamp"):
+            modified = modified.timestamp()
+        return max(0.0, time.time() - float(modified)) if modified is not None else 0.0
 
     def _record(self, released: bool = False) -> bytes:
         return json.dumps({"holder": self.holder, "expires_unix": time.time() + self.ttl_s, "released": released,
                            "partition": self.partition}).encode()
 
     def _free(self, record: dict | None) -> bool:
-        """Free: none yet, released, its run known to be finished, or (liveness unknown) expired."""
+        """Free: none yet, released, its run known to be finished, (liveness unknown) expired, or unreadable and older
+        than the ttl."""
         if record is None or record["released"]:
             return True
+        if "unreadable" in record:
+            return record["expires_unix"] < time.time()
         alive = self.holder_alive(record["holder"])
         if alive is not None:
             return not alive
@@ -131,9 +176,12 @@ class PartitionLease:
                 self.generation = generation  # ours already (another step of this run, a retry): renew it
                 self.renew()
                 return
-            if self._free(record) and _exclusive_create(self.fs, self._path(generation + 1), self._record()):
+            if self._free(record) and self._claim(generation + 1):
                 self.generation = generation + 1
-                if record is not None and not record["released"]:
+                if record is not None and "unreadable" in record:
+                    log(f"partition {self.partition}: lease record {record['unreadable']}, older than the ttl of "
+                        f"{self.ttl_s:.0f} s: treated as expired, took generation {generation + 1}")
+                elif record is not None and not record["released"]:
                     log(f"partition {self.partition}: took over the lease of run {record['holder']} (expired or finished)")
                 return
             waited = time.monotonic() - started
@@ -146,8 +194,35 @@ class PartitionLease:
                 last_log = time.monotonic()
             time.sleep(poll_s)
 
+    def _claim(self, generation: int) -> bool:
+        """Create the generation's record exclusively, then read it back: won only if the record that landed is ours
+        (a store that ignores `If-None-Match` lets a later writer replace it)."""
+        if not _exclusive_create(self.fs, self._path(generation), self._record()):
+            return False
+        landed, record = self._current()
+        return landed == generation and record is not None and record.get("holder") == self.holder
+
+    def check(self) -> None:
+        """Fencing: raise `LeaseLost` unless this holder's generation is still the partition's current lease."""
+        if self.generation is None:
+            raise LeaseLost(self.partition, self.holder, "it was released")
+        generation, record = self._current()
+        if generation != self.generation:
+            raise LeaseLost(self.partition, self.holder, f"generation {generation} replaced its generation {self.generation}")
+        if record is None or record.get("holder") != self.holder:
+            raise LeaseLost(self.partition, self.holder, f"generation {generation} is held by run "
+                            f"{record.get('holder') if record else '?'}")
+        if record["released"]:
+            raise LeaseLost(self.partition, self.holder, "it was released")
+
     def renew(self) -> None:
+        """Extend this holder's record, unless the lease was taken over (then fencing fails its next write)."""
         if self.generation is not None:
+            try:
+                self.check()
+            except LeaseLost:
+                self._stop.set()  # renewing a generation that is no longer the lease would keep nothing
+                return
             self.storage.write_bytes(self._storage_url(self.generation), self._record())
 
     def release(self) -> None:

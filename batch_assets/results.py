@@ -1,7 +1,7 @@
 """The closed set of per-unit result classes.
 
 Every listed audio object ends in exactly one class, with a human-readable reason. Ingest decides the
-first five; the GPU section turns `ok` into `silent` or `transcribed` (or `failed` when that one unit
+first six (and `changed_since_listed`, when the object read to decode is not the one listed); the GPU section turns `ok` into `silent` or `transcribed` (or `failed` when that one unit
 could not be processed, so one bad unit never fails a partition). A unit whose audio decoded shorter than
 its header declared (a file cut off in transit, say) is processed for what decoded and classed
 `truncated`, its reason saying how much of how much.
@@ -23,6 +23,7 @@ class ResultClass(StrEnum):
     TRANSCRIBED = "transcribed"  # speech found, diarized and transcribed
     FAILED = "failed"  # the GPU section could not process this unit (reason says why)
     TRUNCATED = "truncated"  # decoded shorter than declared: what decoded was processed (reason: how much of how much)
+    CHANGED_SINCE_LISTED = "changed_since_listed"  # other bytes (or a symlink) when read to decode: not decoded
 
 
 INGEST_CLASSES = (
@@ -32,6 +33,7 @@ INGEST_CLASSES = (
     ResultClass.TOO_LONG,
     ResultClass.FETCH_FAILED,
     ResultClass.REJECTED_KEY,
+    ResultClass.CHANGED_SINCE_LISTED,
 )
 FINAL_CLASSES = tuple(c for c in ResultClass if c is not ResultClass.OK)
 

@@ -15,7 +15,7 @@ import posixpath
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -175,7 +175,8 @@ class StorageResource(dg.ConfigurableResource):
     def write_bytes(self, url: str, data: bytes) -> None:
         """Replace the file whole, so readers never see half of it.
 
-        Locally: a temporary file beside it, flushed to disk, then renamed over it (`os.replace`, atomic).
+        Locally: a temporary file beside it, flushed to disk, then renamed over it (`os.replace`, atomic), and the
+        folder fsynced.
         On an object store: one upload (a PUT; a multipart upload above s3fs's 100 MiB threshold), which replaces
         the object atomically when it completes. No copy or move through fsspec:
         its copy expands `[`, `]`, `*` and `?` in the source path as a glob (a step key such as
@@ -193,6 +194,7 @@ class StorageResource(dg.ConfigurableResource):
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
+            fsync_folder(posixpath.dirname(path))  # the rename itself on disk: a crash cannot bring back the old file
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -212,7 +214,8 @@ class StorageResource(dg.ConfigurableResource):
         return len(paths)
 
     @contextlib.contextmanager
-    def replace_partition(self, asset: str, partition: str, remove_stale: bool = True) -> Iterator[PartitionOutputs]:
+    def replace_partition(self, asset: str, partition: str, remove_stale: bool = True,
+                          fence: Callable[[], None] = lambda: None) -> Iterator[PartitionOutputs]:
         """One materialization's outputs for (asset, partition), replacing the previous ones.
 
         Tables are written whole (`write_bytes`: a temporary file renamed into place locally; one upload on S3,
@@ -221,11 +224,17 @@ class StorageResource(dg.ConfigurableResource):
         materialization (`outputs.version`), so the previous tables keep pointing at the previous
         arrays until they are replaced. Once everything is written, whatever the previous
         materialization left that this one did not write is removed (no stale rows, no orphan arrays); if
-        the block fails, nothing is removed. `remove_stale=False` keeps the other files (a rerun of some
-        units adds only theirs).
+        the block fails (a guard refusing, say), nothing of the previous materialization is removed, and the
+        arrays this one wrote into its own folder are. `remove_stale=False` keeps the other files (a rerun of some
+        units adds only theirs). `fence` (the partition lease's `check`) runs before every write and removal: a
+        run that lost the partition's lease writes nothing more.
         """
-        outputs = PartitionOutputs(self, asset, partition)
-        yield outputs
+        outputs = PartitionOutputs(self, asset, partition, fence)
+        try:
+            yield outputs
+        except BaseException:
+            outputs.remove_own_arrays()  # a refused or failed materialization leaves what was there, nothing more
+            raise
         if remove_stale:
             outputs.remove_stale()
 
@@ -233,16 +242,18 @@ class StorageResource(dg.ConfigurableResource):
 class PartitionOutputs:
     """The files one materialization writes under `{storage_url}/{asset}/{partition}/`."""
 
-    def __init__(self, storage: StorageResource, asset: str, partition: str):
-        self.storage, self.asset, self.partition = storage, asset, partition
+    def __init__(self, storage: StorageResource, asset: str, partition: str, fence: Callable[[], None] = lambda: None):
+        self.storage, self.asset, self.partition, self.fence = storage, asset, partition, fence
         self.written: set[str] = set()
         # names this materialization's array folder: sortable by time, unique across writers
         self.version = time.strftime("v%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
     def write_parquet(self, frame: pl.DataFrame, name: str) -> str:
+        self.fence()
         return self._track(self.storage.write_parquet(frame, self.asset, self.partition, name))
 
     def write_array(self, array: np.ndarray, name: str) -> str:
+        self.fence()
         return self._track(self.storage.write_array(array, self.asset, self.partition, name))
 
     def keep(self, paths: list[str]) -> None:
@@ -253,7 +264,17 @@ class PartitionOutputs:
         self.written.add(self.storage.filesystem(url)[1])
         return url
 
+    def remove_own_arrays(self) -> None:
+        """Remove the files this materialization wrote into its own version folder (nothing else had them)."""
+        fs = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))[0]
+        for path in sorted(p for p in self.written if f"/{self.version}/" in p):
+            with contextlib.suppress(FileNotFoundError):
+                remove_path(fs, path)
+        if is_local(fs):
+            remove_empty_folders(self.storage.filesystem(self.storage.output_url(self.asset, self.partition))[1])
+
     def remove_stale(self) -> list[str]:
+        self.fence()
         fs, root = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))
         if not fs.exists(root):
             return []
@@ -273,6 +294,15 @@ def protocol(fs: fsspec.AbstractFileSystem) -> str:
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     """Whether `fs` is the local filesystem (where folders, symlinks and permissions are real)."""
     return protocol(fs) in ("file", "local")
+
+
+def fsync_folder(folder: str) -> None:
+    """Flush a local folder's entries (a new or renamed file in it) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_path(fs: fsspec.AbstractFileSystem, path: str) -> None:

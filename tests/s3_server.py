@@ -35,6 +35,7 @@ class FaultProxy:
         self.flaky_failures = flaky_failures
         self.read_only_buckets: set[str] = set()
         self.read_only_prefixes: set[str] = set()
+        self.ignore_if_none_match = False  # a store that does not honour conditional writes (drops If-None-Match)
         self.denied = 0
         self.failures: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
@@ -85,7 +86,8 @@ class FaultProxy:
                     self._answer(500, ERROR_BODY)
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                dropped = {"host"} | ({"if-none-match"} if proxy.ignore_if_none_match else set())
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 response = upstream.getresponse()

@@ -5,16 +5,22 @@ opus in some builds) goes through the ffmpeg binary that the `imageio-ffmpeg` wh
 package is needed. Multichannel audio is downmixed by averaging; resampling uses soxr (a real
 band-limited resampler, not interpolation). The original rate and channel count are kept for the
 manifest.
+
+`decode_file` streams: it reads a block of frames at a time, downmixes it and feeds soxr's streaming
+resampler (bit-identical to resampling the whole signal at once), writing into one array sized from the
+header. So decoding holds the 16 kHz mono result plus one block, never the object's bytes or its
+multichannel samples (a 180 s, 8-channel, 48 kHz WAV: 11.5 MB of result, not 300+ MB).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
+import os
 import pathlib
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
 
 import numpy as np
 import soundfile as sf
@@ -67,25 +73,44 @@ def _with_tempfile(data: bytes, suffix: str):
     return tmp
 
 
-def _ffmpeg_decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:
-    """Decode with ffmpeg at the native rate and channel count (our resampler and downmix do the rest)."""
-    with _with_tempfile(data, suffix) as tmp:  # a file, not a pipe: mp4 containers need to seek
-        probe = subprocess.run([_ffmpeg(), "-hide_banner", "-i", tmp.name], capture_output=True, text=True)
-        stream = _STREAM.search(probe.stderr)
-        if stream is None:
-            last = probe.stderr.strip().splitlines()[-1:] or ["no audio stream"]
-            raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
-        rate, channels = int(stream.group(1)), _channels_from(stream.group(2))
-        run = subprocess.run(
-            [_ffmpeg(), "-v", "error", "-i", tmp.name, "-vn", "-f", "f32le", "-acodec", "pcm_f32le", "-"],
-            capture_output=True,
-        )
-    if run.returncode != 0:
-        raise DecodeError(f"ffmpeg could not decode: {run.stderr.decode(errors='replace').strip()[:200]}")
-    samples = np.frombuffer(run.stdout, dtype="<f4")
-    usable = len(samples) - len(samples) % channels
-    samples = samples[:usable].reshape(-1, channels)
-    return samples, AudioInfo(rate, channels, samples.shape[0])
+BLOCK_FRAMES = 16384  # frames read, downmixed and resampled at a time
+
+
+def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndarray]]:
+    """Decode with ffmpeg at the native rate and channel count (our downmix and resampler do the rest), its float
+    samples read from a pipe a block at a time (a file input, not a pipe: mp4 containers need to seek).
+    `AudioInfo.frames` is the header's estimate; the blocks are what decoded."""
+    probe = subprocess.run([_ffmpeg(), "-hide_banner", "-i", path], capture_output=True, text=True)
+    stream, duration = _STREAM.search(probe.stderr), _DURATION.search(probe.stderr)
+    if stream is None:
+        last = probe.stderr.strip().splitlines()[-1:] or ["no audio stream"]
+        raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
+    rate, channels = int(stream.group(1)), _channels_from(stream.group(2))
+    declared = 0
+    if duration is not None:
+        hours, minutes, seconds = duration.groups()
+        declared = int(round((int(hours) * 3600 + int(minutes) * 60 + float(seconds)) * rate))
+
+    def blocks() -> Iterator[np.ndarray]:
+        with open(os.path.join(scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full stderr pipe cannot stall it
+            process = subprocess.Popen([_ffmpeg(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec", "pcm_f32le",
+                                        "-"], stdout=subprocess.PIPE, stderr=errors)
+            try:
+                size, pending = BLOCK_FRAMES * channels * 4, b""
+                while chunk := process.stdout.read(size):
+                    chunk = pending + chunk
+                    usable = len(chunk) - len(chunk) % (4 * channels)
+                    pending = chunk[usable:]
+                    if usable:
+                        yield np.frombuffer(chunk[:usable], dtype="<f4").reshape(-1, channels)
+            finally:
+                process.stdout.close()
+                code = process.wait()
+            if code != 0:
+                errors.seek(0)
+                raise DecodeError(f"ffmpeg could not decode: {errors.read().decode(errors='replace').strip()[:200]}")
+
+    return AudioInfo(rate, channels, declared), blocks()
 
 
 def _ffmpeg_probe(path: str) -> AudioInfo:
@@ -123,19 +148,70 @@ def to_target(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     return mono
 
 
-def decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:
-    """Decode bytes (container named by `suffix`) to 16 kHz mono float32, and the original format."""
+class _Resampled:
+    """16 kHz mono float32 built block by block into one array sized from the expected length."""
+
+    def __init__(self, sample_rate: int, expected_frames: int):
+        self.rate = sample_rate
+        size = int(np.ceil(expected_frames * TARGET_SAMPLE_RATE / sample_rate)) + 16 if sample_rate else 0
+        self.out, self.length, self.fed = np.empty(size, dtype=np.float32), 0, False
+        self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+                       if sample_rate != TARGET_SAMPLE_RATE else None)
+
+    def add(self, block: np.ndarray, last: bool = False) -> None:
+        if not np.all(np.isfinite(block)):
+            raise DecodeError("decoded samples contain NaN or infinity")
+        mono = np.ascontiguousarray(block.mean(axis=1), dtype=np.float32)  # the same per frame as a whole-signal mean
+        self.fed = self.fed or len(mono) > 0
+        self._append(self.stream.resample_chunk(mono, last=last) if self.stream is not None else mono)
+
+    def _append(self, piece: np.ndarray) -> None:
+        end = self.length + len(piece)
+        if end > len(self.out):  # the header under-declared the length: grow (rare)
+            self.out = np.concatenate([self.out[: self.length], np.empty(max(end - self.length, len(self.out) // 4), np.float32)])
+        self.out[self.length : end] = piece
+        self.length = end
+
+    def result(self) -> np.ndarray:
+        if self.stream is not None and self.fed:
+            self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        return self.out[: self.length]
+
+
+def _soundfile_decode(path: str) -> tuple[np.ndarray, AudioInfo]:
+    with sf.SoundFile(path) as handle:
+        rate, channels = int(handle.samplerate), int(handle.channels)
+        resampled, frames = _Resampled(rate, max(int(handle.frames), 0)), 0
+        for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
+            resampled.add(block)
+            frames += len(block)
+    return resampled.result(), AudioInfo(rate, channels, frames)
+
+
+def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
+    """Decode a local file (container named by `suffix`) to 16 kHz mono float32, and the original format, streaming:
+    soundfile first, ffmpeg for what soundfile cannot open or read."""
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        info = AudioInfo(int(rate), samples.shape[1], samples.shape[0])
+        return _soundfile_decode(path)
+    except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
+        raise
     except Exception as soundfile_error:
-        try:
-            samples, info = _ffmpeg_decode(data, suffix)
-        except DecodeError as ffmpeg_error:
-            raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
-    if not np.all(np.isfinite(samples)):
-        raise DecodeError("decoded samples contain NaN or infinity")
-    return to_target(samples, info.sample_rate), info
+        with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
+            try:
+                info, blocks = _ffmpeg_blocks(path, scratch)
+                resampled, frames = _Resampled(info.sample_rate, info.frames), 0
+                for block in blocks:
+                    resampled.add(block)
+                    frames += len(block)
+                return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames)
+            except DecodeError as ffmpeg_error:
+                raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
+
+
+def decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:
+    """`decode_file` for bytes in memory (tests, tools); the pipeline decodes the staged file itself."""
+    with _with_tempfile(data, suffix) as tmp:
+        return decode_file(tmp.name, suffix)
 
 
 def suffix_of(path: str) -> str:

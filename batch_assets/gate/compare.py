@@ -5,8 +5,9 @@ Bars (all must hold):
 - speaker agreement (share of aligned, identical words whose speaker agrees after the optimal one-to-one
   label mapping per unit) >= 0.97
 - no lost speech: baseline VAD speech not covered by the candidate's VAD, plus the audio of units the
-  candidate decoded shorter than declared (`truncated`) beyond what the baseline also missed, <= max(0.5 s,
-  0.5%) of the baseline's speech
+  candidate decoded shorter than declared (`truncated`) or did not decode because the object changed after
+  it was listed (`changed_since_listed`, all its declared audio) beyond what the baseline also missed,
+  <= max(0.5 s, 0.5%) of the baseline's speech
 - no result-class changes (a unit missing on either side counts as a change)
 - no words on silent units
 """
@@ -181,8 +182,12 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame], can
 
 
 def _undecoded_s(row: dict) -> float:
-    """Declared seconds a `truncated` unit did not decode (0 for every other unit, and for older tables)."""
+    """Declared seconds a unit did not decode: what a `truncated` unit missed, all of a `changed_since_listed` one
+    (the object read to decode was not the one listed, so none of the listed audio was heard); 0 for every other
+    unit, and for older tables."""
     declared, decoded = row.get("declared_duration_s"), row.get("duration_s")
+    if row.get("result_class") == "changed_since_listed":
+        return declared or 0.0
     if row.get("result_class") != "truncated" or declared is None or decoded is None:
         return 0.0
     return max(0.0, declared - decoded)

@@ -32,6 +32,7 @@ from pydantic import Field
 
 from batch_assets import transcript_text
 from batch_assets.columns import table_schema
+from batch_assets.dead_runs import record_process_identity
 from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.resume import (
@@ -49,7 +50,16 @@ from batch_assets.gpu.tables import (
     tables_to_keep,
     transcript_tables,
 )
-from batch_assets.ingest.assets import GPU_ASSET_KEYS, class_counts, lease_wait_field, partition_lease, preflight
+from batch_assets.ingest.assets import (
+    GPU_ASSET_KEYS,
+    DegradeConfig,
+    class_counts,
+    guard_degradation,
+    lease_lost_fails,
+    lease_wait_field,
+    partition_lease,
+    preflight,
+)
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.partitions import backfill_policy, daily_partitions
@@ -99,7 +109,7 @@ def units_field():
                  "units keep their rows. Empty: the whole partition, replaced.")
 
 
-class AssembleConfig(LeverConfig):
+class AssembleConfig(LeverConfig, DegradeConfig):
     """The assembly's config: the levers (for flights it finishes itself) and the `units` of a rerun."""
 
     units: list[str] = units_field()
@@ -114,7 +124,7 @@ class PlanConfig(dg.Config):
     lease_wait_seconds: float = lease_wait_field()
 
 
-class GpuSectionConfig(LeverConfig, PlanConfig):
+class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig):
     """The GPU work's run config, as the launchpad shows it under `ops.gpu_section.config`:
 
     ```yaml
@@ -127,6 +137,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig):
           embedding_shared_trunk_enabled: true
           shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
+          allow_degrade: false              # true: publish even if most transcribed units would become failed
     ```
     """
 
@@ -224,10 +235,11 @@ def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.
 )
 def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: StorageResource, gpu: GpuResource,
               shard: dict) -> dict:
+    record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard["partition"], root_run_id(context)
-    commits = FlightCommits(storage, partition, root)
     lease = partition_lease(context, storage, partition)
-    with lease.held(log=context.log.warning, release=False, release_on_error=False):  # sibling shards still work
+    commits = FlightCommits(storage, partition, root, fence=lease.check)
+    with lease_lost_fails(), lease.held(log=context.log.warning, release=False, release_on_error=False):  # siblings work
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard["units"])}
         executing = executing_shards(context.run.step_keys_to_execute, partition, shard["shards"])
         owned = owned_flights(shard["shard"], shard.get("shard_flights") or _own_only(shard), executing, list(planned))
@@ -250,10 +262,13 @@ def process_flights(context, config: LeverConfig, storage: StorageResource, gpu:
                     units: list[str] | None, planned: dict[str, PlannedFlight], pending: list[str]) -> dict:
     """Run `pending` flights through the locked section, committing each; the report's processing part.
 
-    A decoder in the wrong mode quarantines this worker: the step fails, not retried, and frees the lease.
+    A decoder in the wrong mode quarantines this worker: the step fails, not retried, and frees the lease. A
+    device fault quarantines it too, but the step is retried (in a fresh process) and keeps the lease and the
+    flights committed so far.
     """
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     from batch_assets.gpu.asr import DecoderModeError
+    from batch_assets.gpu.faults import DeviceFault
     from batch_assets.gpu.runner import FlightWork, Levers, run_section
 
     switches = {s.name: getattr(config, s.name) for s in SWITCHES}
@@ -276,6 +291,15 @@ def process_flights(context, config: LeverConfig, storage: StorageResource, gpu:
             commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
             section=gpu.section(),
         )
+    except DeviceFault as error:
+        quarantine(str(error))
+        context.log.error(f"QUARANTINED: {error}")
+        # Retried (the op's retry policy), in a fresh process or pod: this one refuses GPU work from now on. The
+        # flights committed so far are kept and the lease stays with this run for the retry.
+        unfinished = commits.problems({f: planned[f].fingerprint for f in pending})
+        raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried in a fresh "
+                         f"process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) it ran are committed "
+                         "and kept", metadata={"quarantine": str(error)}, allow_retries=True) from error
     except DecoderModeError as error:
         quarantine(str(error))
         lease.release()  # not retried: this run will not write the partition
@@ -346,11 +370,13 @@ def log_resume(context, shard: dict, report: dict, problems: dict[str, str], roo
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
                         gpu: GpuResource, reports: list):
+    record_process_identity(context)
     partitions = list(context.partition_keys)
     for partition in partitions:
         mine = sorted((r for r in reports if r["partition"] == partition), key=lambda r: r["shard"])
         lease = partition_lease(context, storage, partition)
-        with lease.held(log=context.log.warning):
+        # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
+        with lease_lost_fails(), lease.held(log=context.log.warning, release_on_error=False):
             try:
                 metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, len(partitions))
             except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
@@ -409,7 +435,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen)
-    commits = FlightCommits(storage, partition, root_run_id(context))
+    commits = FlightCommits(storage, partition, root_run_id(context), fence=lease.check)
     units = sorted(chosen) if chosen is not None else None
     if (done := assembled_from(commits, planned)) is not None:
         context.log.info(f"{partition}: already assembled from this plan by run {done['run_id']} of "
@@ -442,6 +468,8 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     unit_order = manifest["unit_id"].to_list()
     units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
                                      plan, fragments["outcomes"], fragments["words"])
+    processed = plan.filter(pl.col("result_class") == "ok")["unit_id"]  # the units whose class the section decided
+    guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)), "gpu_section")
     tables = {("vad_scores", "units"): fragments["vad_units"], ("vad_scores", "regions"): fragments["regions"],
               ("diarization", "turns"): fragments["turns"], ("diarization", "speakers"): fragments["speakers"],
               ("transcripts", "units"): units, ("transcripts", "words"): words}
@@ -449,7 +477,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
     uris = {}
     for asset in GPU_ASSET_KEYS:
-        with storage.replace_partition(asset, partition, remove_stale=whole) as out:
+        with storage.replace_partition(asset, partition, remove_stale=whole, fence=lease.check) as out:
             if asset == "vad_scores":
                 out.keep(commits.scores_paths(flight_ids))  # written by the shards, referenced by these tables
             uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}

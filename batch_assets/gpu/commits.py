@@ -22,6 +22,7 @@ folder. Nothing here is visible to readers of the asset tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import polars as pl
 
@@ -46,8 +47,10 @@ FRAGMENTS = {"vad_units": VAD_UNITS_SCHEMA, "regions": REGIONS_SCHEMA, "turns": 
 class FlightCommits:
     """The committed flights of one partition under one root run."""
 
-    def __init__(self, storage, partition: str, root_run_id: str):
-        self.storage, self.partition, self.root_run_id = storage, partition, root_run_id
+    def __init__(self, storage, partition: str, root_run_id: str, fence: Callable[[], None] = lambda: None):
+        """`fence`: raises unless this run still holds the partition's lease (`PartitionLease.check`); called before
+        every commit, marker and removal."""
+        self.storage, self.partition, self.root_run_id, self.fence = storage, partition, root_run_id, fence
 
     def _url(self, *name: str) -> str:
         return self.storage.output_url(WORK_ASSET, self.partition, self.root_run_id, *name)
@@ -81,6 +84,7 @@ class FlightCommits:
 
     def commit(self, flight_id: str, outcomes: list, fingerprint: str) -> dict:
         """Write one flight's results, then its record (last: the record is what makes the commit count)."""
+        self.fence()
         files: dict[str, int] = {}
 
         def track(url: str) -> str:
@@ -99,6 +103,7 @@ class FlightCommits:
         for name, frame in frames.items():
             track(self.storage.write_parquet(frame, WORK_ASSET, self.partition, f"{self.root_run_id}/{flight_id}/{name}"))
         record = {"flight_id": flight_id, "fingerprint": fingerprint, "units": units["unit_id"].to_list(), "files": files}
+        self.fence()
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record
 
@@ -140,6 +145,7 @@ class FlightCommits:
 
     def mark_assembled(self, plan_fingerprint: str, run_id: str) -> None:
         """Record that this root run wrote the partition's tables from the plan `plan_fingerprint`."""
+        self.fence()
         self.storage.write_bytes(self._marker_url(), json.dumps(
             {"root_run_id": self.root_run_id, "run_id": run_id, "plan": plan_fingerprint}).encode())
 
@@ -153,6 +159,7 @@ class FlightCommits:
     def discard(self) -> int:
         """Remove the partition's work folder (every root's commits and markers) but this root's marker; returns
         how many files were removed."""
+        self.fence()
         fs, root = self.storage.filesystem(self.storage.output_url(WORK_ASSET, self.partition))
         keep = self.storage.filesystem(self._marker_url())[1]
         removed = 0

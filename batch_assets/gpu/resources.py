@@ -1,9 +1,10 @@
 """The GPU resource: models loaded once per process, the device, and the cross-process section lock.
 
 Models are cached per process (keyed by what defines them), so several partitions processed in one run
-(a backfill with a BackfillPolicy) load them once. A decoder-mode mismatch quarantines the process:
-every later request for the section is refused, because a worker whose decoder changed behind its back
-can no longer be trusted to produce results identical to the baseline.
+(a backfill with a BackfillPolicy) load them once. A decoder-mode mismatch or a device fault (a CUDA
+error, device out-of-memory, NCCL: `gpu/faults.py`) quarantines the process: every later request for the
+section is refused, because a worker whose decoder changed behind its back, or whose device failed, can
+no longer be trusted to produce results identical to the baseline.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the rerun path and the tests all call. It applies the decoder mode, feeds the fl
 ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.process_flight`), hands each
 flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights being
 prepared and the one being processed, whatever the size of the partition. A decoder-mode mismatch
-propagates (`DecoderModeError`): the caller quarantines its worker.
+(`DecoderModeError`) or a device fault (`gpu/faults.py`: `DeviceFault`) propagates: the caller
+quarantines its worker; the flights committed before it stay committed.
 """
 
 from __future__ import annotations

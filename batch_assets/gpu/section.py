@@ -2,8 +2,9 @@
 
 Each unit is processed on its own slice of the flight's audio. A unit with no speech is `silent` and
 gets no words, by construction. An exception in one unit marks that unit `failed` with the reason and
-the flight goes on: one bad unit never fails a partition. Decoder-mode mismatches are not unit
-failures: they propagate, and the caller quarantines the worker.
+the flight goes on: one bad unit never fails a partition. Device faults (CUDA errors, device
+out-of-memory, NCCL: `gpu/faults.py`) and decoder-mode mismatches are not unit failures: they propagate
+(`DeviceFault`, `DecoderModeError`), and the caller quarantines the worker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from batch_assets.gpu.asr import DecoderModeError, Segment, Word, check_decoder_mode, speech_segments, transcribe_segments
 from batch_assets.gpu.attribution import attribute_speakers
 from batch_assets.gpu.diarization import DiarizationResult, diarize
+from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
 from batch_assets.gpu.vad import VadResult, run_vad
 from batch_assets.results import ResultClass
 
@@ -103,7 +105,8 @@ def process_flight(
             stats.embedding_work.update(outcome.diarization.embedding_work.counts())
             stats.embedding_paths[outcome.diarization.embedding_work.path] += 1
             waveforms[uid] = waveform
-        except Exception as error:  # one unit's failure is that unit's result
+        except Exception as error:  # one unit's failure is that unit's result, unless the device's
+            raise_if_device_fault(error, f"VAD/diarization of {uid}")
             outcome.result_class, outcome.reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
 
     segments: list[Segment] = []
@@ -141,13 +144,18 @@ def _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size: i
         words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
     except DecoderModeError:
         raise
-    except Exception:  # the batch failed: retry unit by unit so one bad unit stays one
+    except Exception as batch_error:  # the batch failed: retry unit by unit so one bad unit stays one
+        if out_of_memory(batch_error):  # a batch too big for the device: smaller calls may fit
+            free_device_cache(models.device)
+        else:
+            raise_if_device_fault(batch_error, "batched ASR")
         stats.asr_batch_retries += 1
         words = []
         for uid in waveforms:
             try:
                 words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid], asr_batch_size))
             except Exception as unit_error:
+                raise_if_device_fault(unit_error, f"ASR of {uid}")
                 outcomes[uid].result_class = ResultClass.FAILED
                 outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
     stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))

@@ -7,18 +7,22 @@ gets its own materialization with its own metadata.
 """
 
 import collections
+import contextlib
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
 from batch_assets.columns import table_schema
-from batch_assets.dead_runs import free_dead_runs
+from batch_assets.dead_runs import free_dead_runs, record_process_identity
+from batch_assets.guards import degrade_problem, systemic_problem, with_source_uris
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
-from batch_assets.lease import PartitionLease
 from batch_assets.ingest.prepare import prepare_flights
+from batch_assets.ingest.units import UnitIdCollision, escaped
+from batch_assets.lease import LeaseLost, PartitionLease
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_fraction
 from batch_assets.storage import StorageConfigError, StorageResource
@@ -26,6 +30,62 @@ from batch_assets.storage import StorageConfigError, StorageResource
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
 SHRINK_GUARD_FRACTION = env_fraction("BATCH_ASSETS_SHRINK_GUARD_FRACTION", 0.5)
+# More than this share of the units with transcripts becoming fetch_failed/failed/changed_since_listed is refused.
+DEGRADE_GUARD_FRACTION = env_fraction("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", 0.5)
+
+
+class DegradeConfig(dg.Config):
+    """The degrade guard's settings (`batch_assets/guards.py`), on every step that classes units."""
+
+    allow_degrade: bool = Field(
+        default=False,
+        description="Publish even if more than degrade_guard_fraction of the units with transcripts would become "
+        "fetch_failed, failed or changed_since_listed, or (a first-time day) every unit fails for one reason. Off: such "
+        "a run fails and keeps the current results.",
+    )
+    degrade_guard_fraction: float = Field(
+        default=DEGRADE_GUARD_FRACTION, ge=0.0, le=1.0,
+        description="Refuse results that leave more than this share of the units with transcripts unread or unprocessed "
+        "(env default BATCH_ASSETS_DEGRADE_GUARD_FRACTION, 0.5)",
+    )
+
+
+def previous_units(storage: StorageResource, partition: str) -> pl.DataFrame | None:
+    """The partition's current transcripts units (what a run would replace), or None when it has none yet."""
+    try:
+        return storage.read_parquet("transcripts", partition, "units")
+    except FileNotFoundError:
+        return None
+
+
+def guard_degradation(context, config: DegradeConfig, storage: StorageResource, partition: str, new: pl.DataFrame,
+                      op: str) -> None:
+    """Fail before writing (not retried) when `new` (rows with source_uri, result_class, reason) would publish a
+    degraded or systemically failed partition, unless `allow_degrade`; `op` names where to set it."""
+    previous = previous_units(storage, partition)
+    degraded = degrade_problem(previous, new, config.degrade_guard_fraction)
+    systemic = systemic_problem(new) if previous is None else None
+    if degraded is None and systemic is None:
+        return
+    if degraded is not None:
+        what = (f"{degraded.describe()}, over the degrade guard's {config.degrade_guard_fraction:.0%}. A storage or device "
+                "fault (a cold storage class, a revoked key or KMS grant, a broken GPU) looks like this, not the audio")
+    else:
+        what = f"{systemic} (a first-time day): a configuration or system fault, not the audio"
+    if config.allow_degrade:
+        context.log.warning(f"{partition}: allow_degrade: publishing anyway: {what}")
+        return
+    raise dg.Failure(
+        description=f"{partition}: {what}. Nothing was published: the current tables and arrays are kept as they are "
+        "(GPU work this run committed is kept apart, for a forced rerun to reuse). Fix the fault "
+        f"and rerun; to publish these results anyway, rerun with run config `ops: {{{op}: {{config: {{allow_degrade: "
+        "true}}}}}` or `batch-assets run --allow-degrade`.",
+        metadata={"degraded_units": degraded.degraded if degraded else len(new),
+                  "units_with_transcripts": degraded.with_words if degraded else 0,
+                  "degrade_guard_fraction": config.degrade_guard_fraction,
+                  "reasons": [r for r, _ in degraded.reasons] if degraded else [systemic]},
+        allow_retries=False,
+    )
 
 
 def lease_wait_field():
@@ -44,6 +104,15 @@ def partition_lease(context, storage: StorageResource, partition: str) -> Partit
     return PartitionLease(storage, partition, holder=context.run.run_id, holder_alive=holder_alive)
 
 
+@contextlib.contextmanager
+def lease_lost_fails() -> Iterator[None]:
+    """A write refused by the lease's fencing (`LeaseLost`) fails the step, not retried: another run has the partition."""
+    try:
+        yield
+    except LeaseLost as error:
+        raise dg.Failure(description=str(error), allow_retries=False) from error
+
+
 GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
 
 
@@ -56,6 +125,7 @@ def written_later_in_run(context: dg.AssetExecutionContext, assets: tuple[str, .
 def preflight(context: dg.AssetExecutionContext, storage: StorageResource, source: bool = False) -> None:
     """Before any work: free the pool slots of runs whose process died, and fail at once (no retry) on
     storage that cannot work, a missing source root (with `source`) or an output root refusing writes."""
+    record_process_identity(context)
     free_dead_runs(context.instance, context.log.warning)
     try:
         if source:
@@ -65,7 +135,7 @@ def preflight(context: dg.AssetExecutionContext, storage: StorageResource, sourc
         raise dg.Failure(description=str(error), allow_retries=False) from None
 
 
-class FetchConfig(dg.Config):
+class FetchConfig(DegradeConfig):
     max_unit_seconds: float = Field(default=7200.0, description="Group limit: longer units are classed too_long")
     fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
     retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
@@ -87,7 +157,7 @@ class FetchConfig(dg.Config):
         return RetryPolicy(self.retry_attempts, self.retry_base_delay_seconds)
 
 
-class PrepareConfig(dg.Config):
+class PrepareConfig(DegradeConfig):
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Audio seconds per flight (shared decode budget)")
     max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
     decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
@@ -130,14 +200,19 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
 
 def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
     keep = written_later_in_run(context, ("prepared_flights", *GPU_ASSET_KEYS))
-    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=not keep):
-        return _fetch_partition(context, config, storage, partition)
+    lease = partition_lease(context, storage, partition)
+    with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
+        return _fetch_partition(context, config, storage, partition, lease)
 
 
-def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
+def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str,
+                     lease: PartitionLease) -> dict:
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
-    manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
+    try:
+        manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
+    except UnitIdCollision as error:  # two keys, one id (a sha256 collision): nothing was read or written
+        raise dg.Failure(description=f"{partition}: {error}; rename one of the objects", allow_retries=False) from None
     previous = previous_unit_count(storage, partition)
     shrinks = previous is not None and previous > 0 and (len(manifest) == 0 or len(manifest) < config.shrink_guard_fraction * previous)
     if shrinks and not config.allow_shrink:
@@ -152,13 +227,14 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
         )
     if shrinks:
         context.log.warning(f"{partition}: allow_shrink: replacing {previous} units with {len(manifest)}")
+    guard_degradation(context, config, storage, partition, manifest, "fetched_audio")
     if len(manifest) == 0:
         context.log.warning(f"{partition}: no audio under {source}")
-    with storage.replace_partition("fetched_audio", partition) as outputs:
+    with storage.replace_partition("fetched_audio", partition, fence=lease.check) as outputs:
         uri = outputs.write_parquet(manifest, "manifest")
         outputs.write_parquet(skipped, "skipped")
     for row in skipped.iter_rows(named=True):
-        context.log.warning(f"{partition}: skipped {row['relative_key']}: {row['reason']}")
+        context.log.warning(f"{partition}: skipped {escaped(row['relative_key'])}: {row['reason']}")
     ok = manifest.filter(pl.col("result_class") == "ok")
     return {
         "units": len(manifest),
@@ -204,13 +280,15 @@ def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
 
 def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
     keep = written_later_in_run(context, GPU_ASSET_KEYS)
-    with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=not keep):
-        return _prepare_partition(context, config, storage, partition)
+    lease = partition_lease(context, storage, partition)
+    with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
+        return _prepare_partition(context, config, storage, partition, lease)
 
 
-def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
+def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str,
+                       lease: PartitionLease) -> dict:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
-    with storage.replace_partition("prepared_flights", partition) as outputs:
+    with storage.replace_partition("prepared_flights", partition, fence=lease.check) as outputs:
         plan, flights = prepare_flights(
             manifest,
             source_path_of=storage.filesystem,
@@ -221,6 +299,7 @@ def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig,
             retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
             log=context.log.info,
         )
+        guard_degradation(context, config, storage, partition, with_source_uris(plan, manifest), "prepared_flights")
         plan_uri = outputs.write_parquet(plan, "plan")
         outputs.write_parquet(flights, "flights")
     return {

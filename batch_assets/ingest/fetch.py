@@ -4,17 +4,26 @@ Storage clients retry some errors themselves; what still escapes them is retried
 backoff. A unit that fails every attempt gets the class `fetch_failed` with the last error as reason;
 it never fails the partition. Permanent errors (the object is gone, permission or access denied, no such
 bucket) are not retried: waiting cannot fix them, so the unit is classed at once.
+
+A local object is opened beneath its partition folder without following any symlink (`O_NOFOLLOW` on
+every path component, `open_confined`), both when it is listed and when it is read again to be decoded:
+a file swapped for a symlink in between is not read (`ChangedSinceListed`), wherever the link points.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import os
+import stat
 import time
 from collections.abc import Callable
 from typing import BinaryIO, TypeVar
 
 import fsspec
+
+from batch_assets.storage import is_local
 
 T = TypeVar("T")
 CHUNK = 8 * 2**20
@@ -22,6 +31,36 @@ CHUNK = 8 * 2**20
 
 class FetchError(Exception):
     """The object could not be read after every retry; the message is the recorded reason."""
+
+
+class ChangedSinceListed(Exception):
+    """The object is no longer the one listed (now a symlink or not a file, or other bytes); not retried."""
+
+
+_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_confined(root: str, rel: str) -> BinaryIO:
+    """`root/rel` opened for reading, no symlink followed below `root` (every component opened `O_NOFOLLOW`)."""
+    parts = rel.split("/")
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _FLAGS | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        leaf = os.open(parts[-1], _FLAGS | getattr(os, "O_NONBLOCK", 0), dir_fd=folder)  # a FIFO must not block us
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise ChangedSinceListed(f"{rel!r} is now reached through a symlink (not read)") from None
+        raise
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise ChangedSinceListed(f"{rel!r} is no longer a regular file (not read)")
+    os.set_blocking(leaf, True)
+    return os.fdopen(leaf, "rb")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +81,8 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRIES)
     for attempt in range(policy.attempts):
         try:
             return action()
+        except ChangedSinceListed:
+            raise
         except FileNotFoundError as error:  # not transient: the object (or its bucket) is gone
             raise FetchError(f"object disappeared (not retried): {error}") from None
         except PermissionError as error:  # not transient: access denied
@@ -53,22 +94,24 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRIES)
     raise FetchError(f"read failed after {policy.attempts} attempts: {type(last).__name__}: {str(last)[:200]}")
 
 
-def read_bytes(fs: fsspec.AbstractFileSystem, path: str, policy: RetryPolicy = DEFAULT_RETRIES) -> bytes:
-    def read() -> bytes:
-        with fs.open(path, "rb") as handle:
-            return handle.read()
+def download(fs: fsspec.AbstractFileSystem, path: str, dest: BinaryIO, policy: RetryPolicy = DEFAULT_RETRIES,
+             confine_to: str | None = None) -> tuple[int, str]:
+    """Stream an object into `dest` in chunks (memory stays flat); returns (bytes, sha256 hex).
 
-    return with_retries(read, policy)
-
-
-def download(fs: fsspec.AbstractFileSystem, path: str, dest: BinaryIO, policy: RetryPolicy = DEFAULT_RETRIES) -> tuple[int, str]:
-    """Stream an object into `dest` in chunks (memory stays flat); returns (bytes, sha256 hex)."""
+    `confine_to`: the partition folder of a local object, which it is opened beneath (`open_confined`)."""
+    if confine_to is not None and is_local(fs):
+        rel = path[len(confine_to.rstrip("/")) + 1 :]
+        if not path.startswith(confine_to.rstrip("/") + "/"):
+            raise ValueError(f"{path!r} is not under {confine_to!r}")
+        opener = lambda: open_confined(confine_to, rel)
+    else:
+        opener = lambda: fs.open(path, "rb", block_size=CHUNK)
 
     def copy() -> tuple[int, str]:
         dest.seek(0)
         dest.truncate()
         digest, size = hashlib.sha256(), 0
-        with fs.open(path, "rb", block_size=CHUNK) as handle:
+        with opener() as handle:
             while chunk := handle.read(CHUNK):
                 digest.update(chunk)
                 dest.write(chunk)

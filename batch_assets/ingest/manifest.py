@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file, suffix_of
-from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, download
-from batch_assets.ingest.units import is_audio, key_problem, relative_key, unit_ids
+from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
+from batch_assets.ingest.units import is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.results import ResultClass
 from batch_assets.storage import is_local, protocol
 
@@ -77,6 +77,8 @@ def list_local(partition_path: str) -> tuple[list[str], dict[str, str], dict[str
             refused[path] = f"{link} does not point to a file"
         elif is_audio(target):
             aliases[path] = f"{link} points to {relative_key(root, target)!r}, which is listed itself: read once"
+        elif is_audio(path):  # nothing is read through a symlink (reads are O_NOFOLLOW): name the file it points to instead
+            refused[path] = f"{link} points to {relative_key(root, target)!r}, which is not an audio file; it was not read"
     return sorted(listed), refused, aliases
 
 
@@ -85,18 +87,22 @@ def uri_of(fs, path: str) -> str:
 
 
 def describe_object(
-    fs, path: str, rel: str, max_unit_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None
+    fs, path: str, rel: str, max_unit_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None,
+    partition_path: str | None = None,
 ) -> dict:
-    """One manifest row (without unit_id): fetch, checksum, probe, classify. `refused`: why not to read it at all."""
+    """One manifest row (without unit_id): fetch, checksum, probe, classify. `refused`: why not to read it at all;
+    `partition_path`: the folder a local object is opened beneath (no symlink followed)."""
     row: dict = {"source_uri": uri_of(fs, path), "relative_key": rel}
     problem = refused or key_problem(rel)
     if problem:
         return row | {"result_class": ResultClass.REJECTED_KEY, "reason": problem}
     with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=TMP_DIR) as staged:
         try:
-            size, sha256 = download(fs, path, staged, retries)
+            size, sha256 = download(fs, path, staged, retries, confine_to=partition_path)
         except FetchError as error:
             return row | {"result_class": ResultClass.FETCH_FAILED, "reason": str(error)}
+        except ChangedSinceListed as error:
+            return row | {"result_class": ResultClass.CHANGED_SINCE_LISTED, "reason": str(error)}
         row |= {"bytes": size, "sha256": sha256}
         if size == 0:
             return row | {"result_class": ResultClass.EMPTY, "reason": "zero bytes"}
@@ -130,10 +136,15 @@ def build_manifest(
         for p in listed if p in aliases or not (is_audio(p) or p in refused)
     ]
     rels = [relative_key(partition_path, p) for p in audio]
+    ids = unit_ids(rels)  # before any read: ids that cannot be told apart fail here, with nothing written
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries, refused.get(pr[0])),
+        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries, refused.get(pr[0]),
+                                                        partition_path),
                              zip(audio, rels, strict=True)))
-    for row, uid in zip(rows, unit_ids(rels), strict=True):
+    for row, uid in zip(rows, ids, strict=True):
         row["unit_id"] = uid
         row["result_class"] = str(row["result_class"])
+        row["source_uri"], row["relative_key"] = storable(row["source_uri"]), storable(row["relative_key"])
+    for row in skipped:
+        row["source_uri"], row["relative_key"] = storable(row["source_uri"]), storable(row["relative_key"])
     return pl.DataFrame(rows, schema=MANIFEST_SCHEMA), pl.DataFrame(skipped, schema=SKIPPED_SCHEMA)

@@ -7,19 +7,27 @@ partition. A unit whose full decode fails (a truncated body behind a valid heade
 `undecodable` in the plan and skipped; the others are unaffected. A unit that decodes well short of its
 declared duration (a body cut off behind an intact header) stays `ok` so that what decoded is processed,
 with a reason saying how much decoded of how much declared; the GPU section then classes it `truncated`.
+
+Every unit is read again exactly as listed: through the same confinement (`fetch.open_confined`: no
+symlink followed), staged to a temporary file while checksummed, and compared with the manifest's size
+and sha256 before it is decoded (streamed from that file, `decode_file`). An object that changed since
+`fetched_audio` listed it (other bytes, or a symlink now) is not decoded: it is classed
+`changed_since_listed`, its reason saying what differs; rerunning `fetched_audio` lists it afresh.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode, suffix_of
-from batch_assets.ingest.fetch import DEFAULT_RETRIES, FetchError, RetryPolicy, read_bytes
+from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, suffix_of
+from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
+from batch_assets.ingest.manifest import TMP_DIR
 from batch_assets.results import ResultClass, truncation
 
 PLAN_SCHEMA = {
@@ -37,8 +45,17 @@ PLAN_SCHEMA = {
 FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64, "audio_uri": pl.String}
 
 
-def _decode_unit(fs, source_path: str, rel: str, retries: RetryPolicy) -> np.ndarray:
-    samples, _ = decode(read_bytes(fs, source_path, retries), suffix_of(rel))
+def _decode_unit(fs, source_path: str, row: dict, retries: RetryPolicy) -> np.ndarray:
+    """The unit's audio, read as listed (size and sha256 checked against the manifest row) and decoded streaming."""
+    rel = row["relative_key"]
+    if not source_path.endswith("/" + rel):
+        raise ChangedSinceListed(f"{source_path!r} does not end with its key {rel!r}")
+    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=TMP_DIR) as staged:
+        size, sha256 = download(fs, source_path, staged, retries, confine_to=source_path[: -len(rel) - 1])
+        if (size, sha256) != (row["bytes"], row["sha256"]):
+            raise ChangedSinceListed(f"changed since listed: now {size} bytes, sha256 {sha256[:16]}…; listed "
+                                     f"{row['bytes']} bytes, sha256 {(row['sha256'] or '')[:16]}…")
+        samples, _ = decode_file(staged.name, suffix_of(rel))
     return samples
 
 
@@ -66,8 +83,8 @@ def prepare_flights(
                 row = sources[planned.unit_id]
                 fs, path = source_path_of(row["source_uri"])
                 try:
-                    return _decode_unit(fs, path, row["relative_key"], retries), None
-                except (DecodeError, FetchError) as error:
+                    return _decode_unit(fs, path, row, retries), None
+                except (DecodeError, FetchError, ChangedSinceListed) as error:
                     return None, error
 
             decoded = list(pool.map(work, units))
@@ -80,7 +97,8 @@ def prepare_flights(
                     "planned_duration_s": planned.duration_s,
                 }
                 if samples is None or len(samples) == 0:
-                    cls = ResultClass.FETCH_FAILED if isinstance(error, FetchError) else ResultClass.UNDECODABLE
+                    cls = {FetchError: ResultClass.FETCH_FAILED, ChangedSinceListed: ResultClass.CHANGED_SINCE_LISTED}.get(
+                        type(error), ResultClass.UNDECODABLE)
                     if samples is not None:
                         cls, error = ResultClass.EMPTY, "decoded to zero samples"
                     plan_rows.append(base | {"offset_samples": offset, "num_samples": 0, "offset_s": offset / TARGET_SAMPLE_RATE,
