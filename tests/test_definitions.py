@@ -123,7 +123,7 @@ def test_integer_and_fraction_settings_name_the_variable_and_the_range():
         ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer"),
         ("BATCH_ASSETS_SCHEDULE_RUNNING", "yes", "BATCH_ASSETS_SCHEDULE_RUNNING='yes' is not a valid boolean"),
         ("BATCH_ASSETS_SHRINK_GUARD_FRACTION", "1.5", "BATCH_ASSETS_SHRINK_GUARD_FRACTION=1.5 is out of range"),
-        ("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", "-1", "BATCH_ASSETS_DEGRADE_GUARD_FRACTION=-1 is out of range"),
+        ("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", "1.5", "BATCH_ASSETS_DEGRADE_GUARD_FRACTION=1.5 is out of range"),
     ],
 )
 def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, message):
