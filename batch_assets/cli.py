@@ -59,6 +59,10 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None)
     except PartitionKeyError as error:
         print(f"batch-assets: {error}", file=sys.stderr)
         return 2
+    if last is not None and last < partition:
+        print(f"batch-assets: --through {last} is before --partition {partition}: give the first day to --partition and "
+              "the last to --through", file=sys.stderr)
+        return 2
     if last is None:
         tags = {"dagster/partition": partition}
     else:
@@ -169,17 +173,39 @@ def fetch_models() -> int:
     return 0
 
 
+# `run` flags that set a variable the resources read (README: Configuration): flag, variable, default, what
+RUN_SETTINGS = (
+    ("--source", "BATCH_ASSETS_SOURCE_URL", "the bundled sample_data/audio", "root of the audio: a folder or s3://bucket/prefix"),
+    ("--storage", "BATCH_ASSETS_STORAGE_URL", "storage/ in the checkout", "root of every output table and array: a folder or s3://..."),
+    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", "builtin:tiny-tdt", "NeMo TDT model: a name, a .nemo path or builtin:tiny-tdt"),
+    ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE", "builtin:tiny-diarization",
+     "pyannote pipeline: a name, a folder or builtin:tiny-diarization"),
+    ("--device", "BATCH_ASSETS_DEVICE", "auto", "auto, cpu, cuda or cuda:N"),
+)
+
+
+def apply_run_settings(args: argparse.Namespace, environ=os.environ) -> None:
+    """Each `run` flag given sets its variable, for this process and the run's step processes."""
+    for flag, variable, _, _ in RUN_SETTINGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            environ[variable] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="materialize all five assets for one partition and print a summary")
     run_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
+    for flag, variable, default, what in RUN_SETTINGS:
+        run_parser.add_argument(flag, metavar=variable.removeprefix("BATCH_ASSETS_").split("_")[-1],
+                                help=f"{what} (sets {variable}; default: {default})")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
     run_parser.add_argument("--allow-degrade", action="store_true",
-                            help="publish even if most units with transcripts would become fetch_failed, failed or "
-                            "changed_since_listed (or every unit of a first-time day fails for one reason)")
+                            help="publish even if most units with transcripts would become fetch_failed, failed, "
+                            "changed_since_listed or undecodable (or every unit of a first-time day fails for one reason)")
     show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
     show_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     show_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
@@ -195,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         return dev(args.host, args.port)
     if args.command == "show":
         return show(args.partition, args.unit)
+    apply_run_settings(args)
     return run(args.partition, args.through, guard_overrides(args.allow_shrink, args.allow_degrade))
 
 

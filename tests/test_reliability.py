@@ -254,7 +254,11 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
         [dead] = instance.get_runs()
         assert dead.status == dg.DagsterRunStatus.STARTED
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots  # it holds the only slot
-    second = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION], env=env,
+    # the same settings as flags this time (each sets the variable it names)
+    flags = {"--source": env.pop("BATCH_ASSETS_SOURCE_URL"), "--storage": env.pop("BATCH_ASSETS_STORAGE_URL"),
+             "--device": env.pop("BATCH_ASSETS_DEVICE")}
+    second = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION,
+                             *[part for pair in flags.items() for part in pair]], env=env,
                             capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"run {dead.run_id} (transcribe_partition) was STARTED but its processes" in second.stderr
@@ -267,6 +271,23 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
         checks = instance.get_records_for_run(new.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
         assert {r.event_log_entry.dagster_event.event_specific_data.check_name for r in checks} == {
             "units_accounted_for", "partition_has_audio", "no_words_on_silent_units"}
+
+
+def test_run_flags_name_their_variables_and_a_backwards_range_is_refused(tmp_path):
+    env = _cli_env(tmp_path, tmp_path / "source")
+    shown = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--help"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0
+    for flag, variable in (("--source", "BATCH_ASSETS_SOURCE_URL"), ("--storage", "BATCH_ASSETS_STORAGE_URL"),
+                           ("--asr-model", "BATCH_ASSETS_ASR_MODEL"), ("--device", "BATCH_ASSETS_DEVICE"),
+                           ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE")):
+        assert flag in shown.stdout and variable in " ".join(shown.stdout.split()).replace("- ", "-"), (flag, shown.stdout)
+    backwards = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", "2026-01-15",
+                                "--through", "2026-01-14"], env=env, capture_output=True, text=True, timeout=120)
+    assert backwards.returncode == 2
+    assert "--through 2026-01-14 is before --partition 2026-01-15" in backwards.stderr
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert not instance.get_runs()  # nothing launched
 
 
 def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
