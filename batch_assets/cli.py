@@ -17,6 +17,7 @@ import pathlib
 import sys
 import time
 
+from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
 from batch_assets.partitions import SAMPLE_PARTITION
 from batch_assets.storage import REPO_ROOT
 
@@ -161,7 +162,7 @@ def fetch_models() -> int:
     from huggingface_hub import constants
 
     from batch_assets.gpu.loaded import load_models
-    from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT, cache_root
+    from batch_assets.models.builtin import cache_root
     from batch_assets.settings import env_str
 
     asr = env_str("BATCH_ASSETS_ASR_MODEL", TINY_TDT)
@@ -177,9 +178,9 @@ def fetch_models() -> int:
 RUN_SETTINGS = (
     ("--source", "BATCH_ASSETS_SOURCE_URL", "the bundled sample_data/audio", "root of the audio: a folder or s3://bucket/prefix"),
     ("--storage", "BATCH_ASSETS_STORAGE_URL", "storage/ in the checkout", "root of every output table and array: a folder or s3://..."),
-    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", "builtin:tiny-tdt", "NeMo TDT model: a name, a .nemo path or builtin:tiny-tdt"),
-    ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE", "builtin:tiny-diarization",
-     "pyannote pipeline: a name, a folder or builtin:tiny-diarization"),
+    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", TINY_TDT, f"NeMo TDT model: a name, a .nemo path or {TINY_TDT}"),
+    ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION,
+     f"pyannote pipeline: a name, a folder or {TINY_DIARIZATION}"),
     ("--device", "BATCH_ASSETS_DEVICE", "auto", "auto, cpu, cuda or cuda:N"),
 )
 

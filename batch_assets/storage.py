@@ -266,12 +266,12 @@ class PartitionOutputs:
 
     def remove_own_arrays(self) -> None:
         """Remove the files this materialization wrote into its own version folder (nothing else had them)."""
-        fs = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))[0]
+        fs, root = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))
         for path in sorted(p for p in self.written if f"/{self.version}/" in p):
             with contextlib.suppress(FileNotFoundError):
                 remove_path(fs, path)
         if is_local(fs):
-            remove_empty_folders(self.storage.filesystem(self.storage.output_url(self.asset, self.partition))[1])
+            remove_empty_folders(root)
 
     def remove_stale(self) -> list[str]:
         self.fence()

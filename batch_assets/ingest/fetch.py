@@ -23,6 +23,7 @@ from typing import BinaryIO, TypeVar
 
 import fsspec
 
+from batch_assets.ingest.units import relative_key
 from batch_assets.storage import is_local
 
 T = TypeVar("T")
@@ -100,9 +101,7 @@ def download(fs: fsspec.AbstractFileSystem, path: str, dest: BinaryIO, policy: R
 
     `confine_to`: the partition folder of a local object, which it is opened beneath (`open_confined`)."""
     if confine_to is not None and is_local(fs):
-        rel = path[len(confine_to.rstrip("/")) + 1 :]
-        if not path.startswith(confine_to.rstrip("/") + "/"):
-            raise ValueError(f"{path!r} is not under {confine_to!r}")
+        rel = relative_key(confine_to, path)  # ValueError when the path is not under it
         opener = lambda: open_confined(confine_to, rel)
     else:
         opener = lambda: fs.open(path, "rb", block_size=CHUNK)
