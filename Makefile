@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make run    set up, then materialize all five assets for the sample partition and print a summary
+#   make run    set up, then materialize all six assets for the sample partition and print a summary
 #   make test   set up, then run the test suite (what CI runs)
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -1,5 +1,6 @@
-"""`batch-assets run`: run the job `transcribe_partition` (five assets and their checks) for a partition;
+"""`batch-assets run`: run the job `transcribe_partition` (six assets and their checks) for a partition;
 `batch-assets show`: print a partition's speaker-attributed transcripts from its tables;
+`batch-assets export`: write them as SRT, WebVTT, text, WhisperX JSON or RTTM files;
 `batch-assets models fetch`: fill the model caches once (what the Kubernetes model-cache Job runs).
 
 Runs on the embedded default: local files (the bundled sample partition unless
@@ -12,47 +13,84 @@ Before it launches, runs of this instance whose processes died are failed and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import sys
 import time
+import uuid
 
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
 from batch_assets.partitions import SAMPLE_PARTITION
 from batch_assets.storage import REPO_ROOT
 
 
-def _summary(storage, partition: str, wall_s: float) -> str:
+def _summary(storage, partition: str) -> str:
     import polars as pl
 
     units = storage.read_parquet("transcripts", partition, "units")
     words = storage.read_parquet("transcripts", partition, "words")
-    lines = [f"partition {partition}: {len(units)} units, {len(words)} words, run took {wall_s:.1f} s", ""]
+    lines = [f"partition {partition}: {len(units)} units, {len(words)} words"]
     for row in units.sort("unit_id").iter_rows(named=True):
         duration = f"{row['duration_s']:.1f}s" if row["duration_s"] is not None else "-"
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
         text = (row["text"] or row["reason"] or "")[:70]
         lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} spk={speakers} words={row['num_words']:<4d} {text}")
     by_class = units.group_by("result_class").len().sort("result_class")
-    lines.append("")
     lines.append("  by class: " + ", ".join(f"{r['result_class']}={r['len']}" for r in by_class.iter_rows(named=True)))
     first = words.filter(pl.col("unit_id") == words["unit_id"][0]).head(12) if len(words) else words
     if len(first):
         lines.append(f"  first words of {first['unit_id'][0]}: " + " ".join(
             f"[{r['speaker']} {r['start_s']:.2f}] {r['word']}" for r in first.iter_rows(named=True)))
-    lines.append(f"  tables under {storage.storage_url}/{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/")
+    lines.append(f"  tables under {storage.storage_url}/{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/, "
+                 f"files under {storage.output_url('transcript_exports', partition)}/")
     return "\n".join(lines)
 
 
-def run(partition: str, last: str | None = None, run_config: dict | None = None) -> int:
+@contextlib.contextmanager
+def console(verbose: bool, log_dir: pathlib.Path):
+    """(emit, log path): `emit` prints to the terminal. Unless `verbose`, everything else this process and the
+    run's step processes write (Dagster's event log, library warnings) goes to the log file instead."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = os.fdopen(os.dup(1), "w", buffering=1)
+    saved = os.dup(1), os.dup(2)
+    path = None
+    if not verbose:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_dir / time.strftime("batch-assets-run-%Y%m%dT%H%M%S.log")
+        log = path.open("ab")
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        log.close()
+    try:
+        yield (lambda line: print(line, file=terminal, flush=True)), path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        terminal.close()
+
+
+GPU_AND_EXPORTS = ("vad_scores", "diarization", "transcripts", "transcript_exports")
+
+
+def run(partition: str, last: str | None = None, run_config: dict | None = None, verbose: bool = False,
+        units: list[str] | None = None) -> int:
     """Run `transcribe_partition` for one partition, or (with `last`) every partition from `partition` to
-    `last` in one run, as a backfill run does: the models are loaded once for all of them."""
+    `last` in one run, as a backfill run does: the models are loaded once for all of them. Prints one line per
+    step, the checks and a summary; the event log goes to a file under $DAGSTER_HOME/logs (`verbose`: live).
+    `units`: rerun only these units of the partition (the GPU assets and the exports; other units' rows kept)."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
     from batch_assets.dead_runs import free_dead_runs
     from batch_assets.definitions import storage_from_env
     from batch_assets.partitions import PartitionKeyError, check_partition_key, daily_partitions
+    from batch_assets.run_output import LAUNCH_TAG, RunWatcher, failure_text
 
     try:
         partitions = [check_partition_key(partition)] if last is None else daily_partitions.get_partition_keys_in_range(
@@ -64,20 +102,51 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None)
         print(f"batch-assets: --through {last} is before --partition {partition}: give the first day to --partition and "
               "the last to --through", file=sys.stderr)
         return 2
+    if units and last is not None:
+        print("batch-assets: --units reruns some units of one partition: drop --through", file=sys.stderr)
+        return 2
     if last is None:
         tags = {"dagster/partition": partition}
     else:
         tags = {"dagster/asset_partition_range_start": partition, "dagster/asset_partition_range_end": last}
+    tags[LAUNCH_TAG] = uuid.uuid4().hex
     instance = dg.DagsterInstance.get()
     free_dead_runs(instance, lambda message: print(f"batch-assets: {message}", file=sys.stderr))
-    started = time.perf_counter()
-    result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags, run_config=run_config)
-    wall_s = time.perf_counter() - started
-    if not result.success:
-        print(f"run {result.run_id} failed", file=sys.stderr)
-        return 1
-    for key in partitions:
-        print(_summary(storage_from_env(), key, wall_s))
+    storage = storage_from_env()
+    days = partition if last is None else f"{partition} to {last}"
+    with console(verbose, pathlib.Path(os.environ["DAGSTER_HOME"]) / "logs") as (emit, log_path):
+        emit(f"batch-assets: transcribe_partition for {days}: {storage.source_url} -> {storage.storage_url}")
+        if log_path:
+            emit(f"batch-assets: Dagster's event log and library warnings: {log_path} (--verbose shows them here)")
+        watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit).start()
+        started = time.perf_counter()
+        try:
+            result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags,
+                                    run_config=run_config,
+                                    asset_selection=[dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None)
+        finally:
+            watcher.stop()
+        wall_s = time.perf_counter() - started
+        if watcher.checks:
+            emit("checks:")
+            for check in watcher.checks:
+                emit(check.text())
+        if not result.success:
+            emit(failure_text(watcher, str(log_path) if log_path else None))
+            return 1
+        for key in partitions:
+            emit(_summary(storage, key))
+        gpu = watcher.materialized.get("transcripts", {})
+        models = gpu.get("models") or {}
+        emit(f"run {result.run_id} succeeded in {wall_s:.1f} s: asr {models.get('asr', '?')}, diarization "
+             f"{models.get('diarization', '?')}, device {gpu.get('device', '?')}")
+        first = partitions[0]
+        emit("next:")
+        emit(f"  batch-assets show --partition {first}                        speaker-attributed transcripts")
+        emit(f"  batch-assets export --partition {first} --format all --out exports/   SRT, WebVTT, text, JSON, RTTM")
+        emit("  make dev                                                          the UI (http://127.0.0.1:3000), this run in it")
+        if log_path:
+            emit(f"  less {log_path}")
     return 0
 
 
@@ -106,6 +175,29 @@ def show(partition: str, unit: str | None = None) -> int:
     print(f"partition {partition}: {len(units)} units, {len(words)} words ({storage.output_url('transcripts', partition)})\n")
     for block in blocks:
         print("\n".join(block) + "\n")
+    return 0
+
+
+def export(partition: str, unit: str | None, format_: str, out: str) -> int:
+    """Write a partition's (or one unit's) transcripts as files: `{out}/{unit_id}.{srt,vtt,txt,json,rttm}`."""
+    from batch_assets.definitions import storage_from_env
+    from batch_assets.exports.assets import export_frames, read_transcripts
+    from batch_assets.exports.formats import FORMATS
+    from batch_assets.partitions import PartitionKeyError, check_partition_key
+
+    storage = storage_from_env()
+    try:
+        check_partition_key(partition)
+        files = export_frames(read_transcripts(storage, partition), unit, FORMATS if format_ == "all" else format_)
+    except (PartitionKeyError, FileNotFoundError, KeyError) as error:
+        print(f"batch-assets: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        return 2
+    folder = pathlib.Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    units = len({name.rsplit(".", 1)[0] for name in files})
+    print(f"batch-assets: wrote {len(files)} file(s) for {units} unit(s) of {partition} to {folder}/")
     return 0
 
 
@@ -196,12 +288,20 @@ def apply_run_settings(args: argparse.Namespace, environ=os.environ) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run_parser = sub.add_parser("run", help="materialize all five assets for one partition and print a summary")
+    run_parser = sub.add_parser("run", help="materialize all six assets for one partition and print a summary")
     run_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
     for flag, variable, default, what in RUN_SETTINGS:
         run_parser.add_argument(flag, metavar=variable.removeprefix("BATCH_ASSETS_").split("_")[-1],
                                 help=f"{what} (sets {variable}; default: {default})")
+    run_parser.add_argument("--units", nargs="+", metavar="U",
+                            help="rerun only these units of the partition (unit_id or key under the partition folder): "
+                            "the GPU assets and the exports run, every other unit's rows are kept")
+    for hint, what in (("num-speakers", "exactly N"), ("min-speakers", "at least N"), ("max-speakers", "at most N")):
+        run_parser.add_argument(f"--{hint}", type=int, metavar="N",
+                                help=f"{what} speakers in every unit without a sidecar (gpu_section's {hint.replace('-', '_')})")
+    run_parser.add_argument("--verbose", action="store_true",
+                            help="show Dagster's event log and library warnings live instead of in the log file")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
     run_parser.add_argument("--allow-degrade", action="store_true",
@@ -210,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
     show_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     show_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
+    export_parser = sub.add_parser("export", help="write a partition's transcripts as SRT, WebVTT, text, JSON or RTTM files")
+    export_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    export_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
+    export_parser.add_argument("--format", default="all", choices=["srt", "vtt", "txt", "json", "rttm", "all"])
+    export_parser.add_argument("--out", default="exports", help="folder to write {unit_id}.{format} into (default: exports)")
     dev_parser = sub.add_parser("dev", help="dagster dev (webserver + daemon) that stops cleanly on Ctrl-C or SIGTERM")
     dev_parser.add_argument("--host", default="127.0.0.1")
     dev_parser.add_argument("--port", type=int, default=3000)
@@ -222,17 +327,24 @@ def main(argv: list[str] | None = None) -> int:
         return dev(args.host, args.port)
     if args.command == "show":
         return show(args.partition, args.unit)
+    if args.command == "export":
+        return export(args.partition, args.unit, args.format, args.out)
     apply_run_settings(args)
-    return run(args.partition, args.through, guard_overrides(args.allow_shrink, args.allow_degrade))
+    hints = {key: getattr(args, key) for key in ("num_speakers", "min_speakers", "max_speakers") if getattr(args, key) is not None}
+    return run(args.partition, args.through, run_config_of(args.allow_shrink, args.allow_degrade, args.units, hints),
+               args.verbose, args.units)
 
 
-def guard_overrides(allow_shrink: bool, allow_degrade: bool) -> dict | None:
-    """The run config that forces the guards the flags name (`--allow-shrink`, `--allow-degrade`), or None."""
+def run_config_of(allow_shrink: bool, allow_degrade: bool, units: list[str] | None = None, hints: dict | None = None) -> dict | None:
+    """The run config the flags ask for (`--allow-shrink`, `--allow-degrade`, `--units`, speaker hints), or None.
+    A `units` rerun runs no ingest step, so the ingest guards' flags apply to the GPU section's alone."""
     ops: dict = {}
-    if allow_shrink:
+    for key, value in (({"units": units} if units else {}) | (hints or {})).items():
+        ops.setdefault("gpu_section", {"config": {}})["config"][key] = value
+    if allow_shrink and not units:
         ops.setdefault("fetched_audio", {"config": {}})["config"]["allow_shrink"] = True
     if allow_degrade:
-        for op in ("fetched_audio", "prepared_flights", "gpu_section"):
+        for op in ("gpu_section",) if units else ("fetched_audio", "prepared_flights", "gpu_section"):
             ops.setdefault(op, {"config": {}})["config"]["allow_degrade"] = True
     return {"ops": ops} if ops else None
 

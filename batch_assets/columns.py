@@ -1,7 +1,7 @@
 """What every output column means, for the column descriptions the UI shows beside each asset's schema.
 
 One dictionary for all tables (a name means the same thing wherever it appears; where a table gives it a
-narrower sense, the README's Outputs section says so). `table_schema` turns a polars schema into
+narrower sense, docs/outputs.md says so). `table_schema` turns a polars schema into
 Dagster's `TableSchema` with these descriptions.
 """
 
@@ -11,7 +11,8 @@ import dagster as dg
 import polars as pl
 
 COLUMN_DESCRIPTIONS: dict[str, str] = {
-    "unit_id": "Stable, file-name-safe id of the unit (its key under the partition folder, '/' as '__')",
+    "day": "The daily partition the row belongs to",
+    "unit_id": "Stable, file-name-safe id of the unit: its key under the partition folder, '/' as '__' (a slug and a sha256 prefix when that key cannot be one)",
     "source_uri": "Where the audio object was read from",
     "relative_key": "The object's path under {source}/YYYY-MM-DD/",
     "bytes": "Size of the object in bytes",
@@ -21,8 +22,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "planned_duration_s": "Seconds the manifest declared when the unit was planned into its flight",
     "sample_rate": "Original sample rate (Hz)",
     "channels": "Original channel count",
-    "result_class": "The unit's outcome (README: Result classes)",
-    "reason": "Why the unit has its class (empty when nothing needs saying)",
+    "result_class": "The unit's outcome (docs/outputs.md: Result classes)",
+    "reason": "Why the unit has its class (null when nothing needs saying)",
     "flight_id": "The flight (packed decoded audio) the unit was processed in",
     "position": "The unit's position in its flight",
     "offset_samples": "Where the unit starts in its flight's audio (samples at 16 kHz)",
@@ -48,13 +49,24 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "embedding_path": "How the embeddings were computed: 'shared trunk' (one trunk forward per chunk), or 'stock' with the reason",
     "num_speakers": "Speakers found in the unit",
     "num_words": "Words transcribed in the unit",
-    "text": "The unit's words joined (speaker turns: the words table or `batch-assets show`)",
+    "text": "The words joined: the unit's (units table) or the speaker turn's (segments table)",
+    "segment_index": "The speaker turn in the unit (consecutive words of one speaker): a row of the segments table",
     "word_index": "The word's position in the unit",
     "word": "The word as the ASR model wrote it",
+    "score": "The TDT decoder's confidence in the word (0..1, higher is surer; null when not computed)",
+    "hint_num_speakers": "Speakers diarization was told to find (null: no such hint)",
+    "hint_min_speakers": "Fewest speakers diarization was told to find (null: no such hint)",
+    "hint_max_speakers": "Most speakers diarization was told to find (null: no such hint)",
+    "hint_source": "Where the unit's speaker hints came from: 'sidecar' (its .json), 'run config', or null (none)",
+    "format": "The export's format: srt, vtt, txt, json or rttm",
+    "uri": "Where the file is",
+    "hint_problem": "Why the unit's sidecar was ignored (null: no sidecar, or a good one)",
 }
 
 
 def table_schema(schema: dict[str, pl.DataType]) -> dg.TableSchema:
+    """A published table's schema for the UI: its `day` column (`published.py`), then `schema`'s."""
     return dg.TableSchema(columns=[
-        dg.TableColumn(name, str(dtype), description=COLUMN_DESCRIPTIONS.get(name)) for name, dtype in schema.items()
+        dg.TableColumn(name, str(dtype), description=COLUMN_DESCRIPTIONS.get(name))
+        for name, dtype in ({"day": pl.Date} | schema).items()
     ])

@@ -1,4 +1,4 @@
-"""The code location: five partitioned assets, their checks, the job, the schedule, the resources.
+"""The code location: six partitioned assets, their checks, the job, the schedule, the resources.
 
 NeMo and pyannote are imported only when the GPU step runs, so loading this module (which the
 webserver, the daemon and every step process do) takes a couple of seconds.
@@ -8,6 +8,7 @@ import dagster as dg
 
 from batch_assets.dead_runs import free_dead_runs_sensor
 from batch_assets.executor import executor_from_env
+from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
@@ -16,10 +17,11 @@ from batch_assets.gpu.resources import GpuResource
 from batch_assets.jobs import all_assets, transcribe_partition_job
 from batch_assets.schedules import daily_transcription_schedule
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
-from batch_assets.settings import env_int, env_or, env_str
+from batch_assets.settings import env_bool, env_int, env_or, env_str
 from batch_assets.storage import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL, StorageResource
 
 TORCH_THREADS = env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024)
+WORD_CONFIDENCE = env_bool("BATCH_ASSETS_WORD_CONFIDENCE", True)
 
 
 def build_resources() -> dict[str, dg.ConfigurableResource]:
@@ -39,6 +41,7 @@ def build_resources() -> dict[str, dg.ConfigurableResource]:
             device=env_or("BATCH_ASSETS_DEVICE", "auto"),
             lock_dir=env_or("BATCH_ASSETS_LOCK_DIR", DEFAULT_LOCK_DIR),
             torch_threads=TORCH_THREADS,
+            word_confidence=WORD_CONFIDENCE,
         ),
         "baseline": BaselineResource(storage_url=env_or("BATCH_ASSETS_BASELINE_URL", "")),
     }
@@ -54,7 +57,7 @@ def storage_from_env() -> StorageResource:
 
 defs = dg.Definitions(
     assets=all_assets,
-    asset_checks=transcripts_checks,
+    asset_checks=[*transcripts_checks, *exports_checks],
     jobs=[transcribe_partition_job],
     schedules=[daily_transcription_schedule],
     sensors=[free_dead_runs_sensor],

@@ -1,4 +1,4 @@
-"""The asset job over all five assets (and the checks on `transcripts`), for one partition per run.
+"""The asset job over all six assets (and their checks), for one partition per run.
 
 The daily schedule targets it; the UI's "Materialize" and backfills work on the assets directly.
 Transient failures are retried at two levels: each asset's `RetryPolicy` retries its step in the same
@@ -12,14 +12,15 @@ A device fault quarantines its worker too, but its step is retried, in a fresh p
 
 import dagster as dg
 
+from batch_assets.exports.assets import transcript_exports
 from batch_assets.gpu.assets import gpu_section
 from batch_assets.ingest.assets import fetched_audio, prepared_flights
 
-all_assets = [fetched_audio, prepared_flights, gpu_section]
+all_assets = [fetched_audio, prepared_flights, gpu_section, transcript_exports]
 
 transcribe_partition_job = dg.define_asset_job(
     "transcribe_partition",
-    selection=dg.AssetSelection.assets(*all_assets),  # includes the checks on transcripts
-    description="Fetch, prepare, and run the GPU section (VAD -> diarization -> ASR) for one daily partition.",
+    selection=dg.AssetSelection.assets(*all_assets),  # includes their checks
+    description="Fetch, prepare, run the GPU section (VAD -> diarization -> ASR) and export the transcripts for one daily partition.",
     tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 
 import dagster as dg
 
@@ -26,8 +27,13 @@ PARTITIONS_START_DATE = _start_date()
 daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE, timezone="UTC")
 
 # A backfill hands each run up to this many consecutive partitions: the GPU step loads its models once per
-# run instead of once per partition, and several runs still share out the GPUs (the `gpu` pool). All five
+# run instead of once per partition, and several runs still share out the GPUs (the `gpu` pool). All six
 # assets carry the same policy so a backfill's runs cover the whole chain.
+# Known and deliberate: Dagster warns (beta) at every asset that takes a backfill policy and (preview) at every
+# partitioned asset check, in every process that loads the code location. Filtered here, by message, where the
+# definitions that use them get their partitions and policy.
+warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy` of function", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
 BACKFILL_PARTITIONS_PER_RUN = env_int("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", 7, minimum=1, maximum=366)
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN)
 

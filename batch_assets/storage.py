@@ -24,6 +24,8 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
+from batch_assets import published
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE_URL = str(REPO_ROOT / "sample_data" / "audio")  # the embedded default; deployments set the env
 DEFAULT_STORAGE_URL = str(REPO_ROOT / "storage")
@@ -138,7 +140,14 @@ class StorageResource(dg.ConfigurableResource):
         self.write_bytes(url, buffer.getvalue())
         return url
 
+    def write_published(self, frame: pl.DataFrame, asset: str, partition: str, name: str) -> str:
+        """An asset's table as analysts read it (`published.py`: a `day` column, ms times, described columns)."""
+        url = self.output_url(asset, partition, f"{name}.parquet")
+        self.write_bytes(url, published.parquet_bytes(published.published(frame, partition)))
+        return url
+
     def read_parquet(self, asset: str, partition: str, name: str) -> pl.DataFrame:
+        """A table as the pipeline uses it (a published table without its `day` column)."""
         url = self.output_url(asset, partition, f"{name}.parquet")
         fs, path = self.filesystem(url)
         if not fs.exists(path):
@@ -146,7 +155,7 @@ class StorageResource(dg.ConfigurableResource):
                 f"{url} does not exist: materialize {asset!r} for partition {partition!r} first"
             )
         with fs.open(path, "rb") as handle:
-            return pl.read_parquet(handle)
+            return published.without_day(pl.read_parquet(handle))
 
     def write_array(self, array: np.ndarray, asset: str, partition: str, name: str) -> str:
         url = self.output_url(asset, partition, f"{name}.npy")
@@ -250,11 +259,18 @@ class PartitionOutputs:
 
     def write_parquet(self, frame: pl.DataFrame, name: str) -> str:
         self.fence()
-        return self._track(self.storage.write_parquet(frame, self.asset, self.partition, name))
+        return self._track(self.storage.write_published(frame, self.asset, self.partition, name))
 
     def write_array(self, array: np.ndarray, name: str) -> str:
         self.fence()
         return self._track(self.storage.write_array(array, self.asset, self.partition, name))
+
+    def write_file(self, data: bytes, name: str) -> str:
+        """Any other file of the materialization (an export), written whole like a table."""
+        self.fence()
+        url = self.storage.output_url(self.asset, self.partition, name)
+        self.storage.write_bytes(url, data)
+        return self._track(url)
 
     def keep(self, paths: list[str]) -> None:
         """Count files another step wrote (filesystem paths) as this materialization's, so they are not removed."""

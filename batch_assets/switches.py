@@ -7,10 +7,10 @@ and each run can still override it in run config from the launchpad. A value oth
 deployment must never silently turn a lever on or off.
 
 `SWITCHES` is the one place a switch is declared: the run config fields (`gpu/assets.py: LeverConfig`),
-the Helm values' env entries (`k8s/values.yaml`) and the README's table are made from it, and
+the Helm values' env entries (`k8s/values.yaml`) and the table in docs/gpu-section.md are made from it, and
 `tests/test_switches_registry.py` fails when any of them disagrees. To add a lever: add a `Switch`
 here, a field to `Levers` (`gpu/runner.py`), then paste `python -m batch_assets.switches` output into
-the values and the README.
+the values and docs/gpu-section.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from batch_assets.settings import env_bool
 class Switch:
     name: str  # the run config field (`ops.gpu_section.config.<name>`) and the `Levers` field
     env_var: str  # the deployment default, read once at code-location load
-    description: str  # shown in the launchpad, the README and the Helm values
+    description: str  # shown in the launchpad, docs/gpu-section.md and the Helm values
     helm_value: str = "true"  # what the Helm values set the variable to
 
     def helm_env(self) -> list[str]:

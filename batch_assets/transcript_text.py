@@ -24,16 +24,15 @@ class Turn:
 
 
 def turns(words: pl.DataFrame) -> list[Turn]:
-    """One unit's words (word_index order) grouped into speaker turns."""
+    """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/tables.py`."""
     found: list[Turn] = []
-    speaker, start, end, current = "", 0.0, 0.0, []
+    segment, current, speaker, start, end = None, [], "", 0.0, 0.0
     for row in words.sort("word_index").iter_rows(named=True):
-        label = row["speaker"] or "SPEAKER_?"
-        if current and label != speaker:
+        if current and row["segment_index"] != segment:
             found.append(Turn(speaker, start, end, tuple(current)))
             current = []
         if not current:
-            speaker, start = label, row["start_s"]
+            segment, speaker, start = row["segment_index"], row["speaker"] or "SPEAKER_?", row["start_s"]
         current.append(row["word"])
         end = row["end_s"]
     if current:

@@ -1,7 +1,8 @@
-"""Generate the bundled sample partition: real (synthetic) speech with known words and speakers.
+"""Generate the bundled sample partitions: real (synthetic) speech with known words and speakers.
 
 espeak-ng voices speak a scripted dialogue turn by turn, with pauses between turns; each unit is
-written in a different container format, and one unit is a silent room. The exact ground truth
+written in a different container format, and one unit is a silent room. The second day, 2026-01-16, has a
+three-speaker review meeting with a sidecar (`review.wav.json`: speaker-count hints) and a short call. The exact ground truth
 (speaker turns with their words, and the silent unit) is written beside the audio, outside the
 partition folder so the pipeline never lists it as audio.
 
@@ -90,6 +91,27 @@ DIALOGUES = {
 }
 SILENT_UNIT = ("silence/empty_room.wav", 20.0)
 
+SECOND_PARTITION = "2026-01-16"
+SECOND_DIALOGUES = {
+    "meetings/review.wav": [
+        ("alice", "thank you all for coming let us look at the plan for next year"),
+        ("dave", "i think the new system is good but we need more time"),
+        ("carol", "how much time do you want for the work"),
+        ("dave", "two more week would be enough for the team"),
+        ("alice", "that is good can you give me the report by then"),
+        ("carol", "i will help with the data and the report"),
+        ("dave", "great thank you that would be very good"),
+        ("alice", "so we all think the same see you next week"),
+    ],
+    "calls/followup.flac": [
+        ("bob", "good morning i call about your order"),
+        ("carol", "yes thank you is it here yet"),
+        ("bob", "it will be there today after two"),
+        ("carol", "that is great have a nice day"),
+    ],
+}
+SIDECARS = {"meetings/review.wav": {"num_speakers": 3}}
+
 
 def speak(voice: str, wpm: int, pitch: int, text: str) -> np.ndarray:
     with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
@@ -128,9 +150,28 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
 def check_vocabulary() -> None:
     from batch_assets.training.corpus import outside_vocabulary
 
-    outside = sorted(outside_vocabulary(text for turns in DIALOGUES.values() for _, text in turns))
+    dialogues = [*DIALOGUES.values(), *SECOND_DIALOGUES.values()]
+    outside = sorted(outside_vocabulary(text for turns in dialogues for _, text in turns))
     if outside:
         raise SystemExit(f"words outside the builtin ASR model's vocabulary: {outside}")
+
+
+def write_dialogues(dialogues: dict, audio_dir: pathlib.Path, rng: np.random.Generator) -> dict[str, dict]:
+    """Each dialogue spoken into its file (and its sidecar, if it has one); the ground truth by relative key."""
+    truth: dict[str, dict] = {}
+    for rel, turns in dialogues.items():
+        signal, turns_truth = build_dialogue(turns, rng)
+        out = audio_dir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(out, signal, SAMPLE_RATE)
+        if rel in SIDECARS:
+            out.with_name(out.name + ".json").write_text(json.dumps(SIDECARS[rel]) + "\n")
+        truth[rel] = {
+            "duration_s": round(len(signal) / SAMPLE_RATE, 3),
+            "speakers": sorted({t["speaker"] for t in turns_truth}),
+            "turns": turns_truth,
+        }
+    return truth
 
 
 def main() -> None:
@@ -140,17 +181,7 @@ def main() -> None:
     truth_dir = ROOT / "truth"
     for path in (audio_dir, truth_dir):
         path.mkdir(parents=True, exist_ok=True)
-    truth: dict[str, dict] = {}
-    for rel, turns in DIALOGUES.items():
-        signal, turns_truth = build_dialogue(turns, rng)
-        out = audio_dir / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        sf.write(out, signal, SAMPLE_RATE)
-        truth[rel] = {
-            "duration_s": round(len(signal) / SAMPLE_RATE, 3),
-            "speakers": sorted({t["speaker"] for t in turns_truth}),
-            "turns": turns_truth,
-        }
+    truth = write_dialogues(DIALOGUES, audio_dir, rng)
     rel, seconds = SILENT_UNIT
     silence = rng.normal(0.0, 0.002, size=int(seconds * SAMPLE_RATE)).astype(np.float32)
     (audio_dir / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +190,10 @@ def main() -> None:
     (truth_dir / f"{PARTITION}.json").write_text(json.dumps(truth, indent=2) + "\n")
     total = sum(u["duration_s"] for u in truth.values())
     print(f"wrote {len(truth)} units, {total:.1f} audio seconds under {audio_dir}")
-
+    # the second day: its own seed, so the first day's files stay as they were
+    second = write_dialogues(SECOND_DIALOGUES, ROOT / "audio" / SECOND_PARTITION, np.random.default_rng(20260116))
+    (truth_dir / f"{SECOND_PARTITION}.json").write_text(json.dumps(second, indent=2) + "\n")
+    print(f"wrote {len(second)} units under {ROOT / 'audio' / SECOND_PARTITION}")
 
 if __name__ == "__main__":
     main()

@@ -56,11 +56,11 @@ def materialize_partition(
     resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True,
     checks: list | None = None,
 ):
-    """All five assets and their checks (plus `checks`, e.g. the baseline gate) for one partition."""
-    from batch_assets.definitions import all_assets, transcripts_checks
+    """All six assets and their checks (plus `checks`, e.g. the baseline gate) for one partition."""
+    from batch_assets.definitions import all_assets, exports_checks, transcripts_checks
 
     return dg.materialize(
-        [*all_assets, *transcripts_checks, *(checks or [])],
+        [*all_assets, *transcripts_checks, *exports_checks, *(checks or [])],
         partition_key=partition,
         resources=resources,
         instance=dg.DagsterInstance.ephemeral(),
@@ -81,12 +81,12 @@ def sample_run(tmp_path_factory, lock_dir):
 
 # every sample unit in a flight of its own (units are 20-50 s): five flights
 FLIGHTS_OF_ONE = {"prepared_flights": {"config": {"decode_budget_seconds": 50.0}}}
-TABLES = [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
+TABLES = [("transcripts", "units"), ("transcripts", "segments"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
           ("vad_scores", "units"), ("vad_scores", "regions")]
 
 
 def tables_of(storage, partition: str = SAMPLE_PARTITION) -> dict:
-    """The three GPU assets' six tables of a partition."""
+    """The three GPU assets' seven tables of a partition."""
     return {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLES}
 
 

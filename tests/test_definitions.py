@@ -14,7 +14,7 @@ from batch_assets.definitions import defs
 from batch_assets.settings import SettingError, env_bool, env_fraction, env_int
 from batch_assets.switches import SWITCH_ENV_VARS, read_switch_defaults
 
-ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
 
 
 def test_asset_graph_and_partitions():
@@ -30,6 +30,7 @@ def test_asset_graph_and_partitions():
     assert parents["prepared_flights"] == {"fetched_audio"}
     for key in ("vad_scores", "diarization", "transcripts"):
         assert "prepared_flights" in parents[key]
+    assert parents["transcript_exports"] == {"transcripts"}
 
 
 def test_gpu_work_is_pooled_gpu_tagged_shard_steps_between_cpu_steps():

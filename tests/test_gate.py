@@ -79,7 +79,8 @@ def test_a_word_on_a_silent_unit_fails(runs):
     _, candidate = runs
     silent = candidate.read_parquet("transcripts", P, "units").filter(pl.col("result_class") == "silent")["unit_id"][0]
     _rewrite(candidate, "transcripts", "words", lambda f: pl.concat([f, pl.DataFrame(
-        {"unit_id": [silent], "word_index": [0], "start_s": [1.0], "end_s": [1.2], "word": ["hello"], "speaker": ["SPEAKER_00"]},
+        {"unit_id": [silent], "segment_index": [0], "word_index": [0], "start_s": [1.0], "end_s": [1.2], "word": ["hello"],
+         "speaker": ["SPEAKER_00"], "score": [0.9]},
         schema=f.schema)]))
     result = gate(*runs, [P])
     assert not result.passed and result.words_on_silent_units == 1
@@ -110,7 +111,8 @@ def _evaluations(result) -> dict[str, bool]:
 def test_asset_checks_run_in_materialize(sample_run):
     result, _ = sample_run
     # no baseline configured: the gate check is not part of the definitions at all (never a Passed that did not run)
-    assert _evaluations(result) == {"units_accounted_for": True, "partition_has_audio": True, "no_words_on_silent_units": True}
+    assert _evaluations(result) == {"units_accounted_for": True, "partition_has_audio": True, "no_words_on_silent_units": True,
+                                    "exports_cover_units": True, "exports_match_tables": True}
 
 
 def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):

@@ -81,7 +81,7 @@ def test_reuse_is_identical_consumed_once_and_falls_back_on_mismatch(models, spe
 def test_decoder_mode_checks_on_cpu(models):
     asr, device = models.asr, models.device
     settings = apply_decoder_mode(asr, True, None)
-    assert settings == {"strategy": "greedy_batch", "use_cuda_graph_decoder": True}
+    assert settings == {"strategy": "greedy_batch", "use_cuda_graph_decoder": True, "word_confidence": True}
     assert check_decoder_mode(asr, device, True, "before") == "eager (cuda graphs unavailable on cpu)"
     with pytest.raises(DecoderModeError, match="use_cuda_graph_decoder is True, run asked for False"):
         check_decoder_mode(asr, device, False, "before")
@@ -89,6 +89,19 @@ def test_decoder_mode_checks_on_cpu(models):
     assert observe_decoder(asr, device).computer_mode is None
     assert check_decoder_mode(asr, device, False, "after") == "eager"
     models.decoder_settings = settings
+
+
+def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models, speech):
+    from batch_assets.gpu.asr import Segment, transcribe_segments
+
+    segments = [Segment("u", 0.5, 8.0), Segment("u", 8.0, 16.0)]
+    apply_decoder_mode(models.asr, False, None, word_confidence=False)
+    plain = transcribe_segments(models.asr, {"u": speech}, segments, 4)
+    apply_decoder_mode(models.asr, False, None, word_confidence=True)
+    scored = transcribe_segments(models.asr, {"u": speech}, segments, 4)
+    models.decoder_settings = None  # as a fresh worker's
+    assert len(plain) > 10 and [(w.start_s, w.end_s, w.word) for w in plain] == [(w.start_s, w.end_s, w.word) for w in scored]
+    assert all(w.score is None for w in plain) and all(0.0 <= w.score <= 1.0 for w in scored)
 
 
 def test_decoder_changed_behind_the_sections_back_quarantines_the_worker(models, tmp_path, lock_dir):

@@ -33,12 +33,13 @@ def test_schedule_tick_requests_yesterdays_partition(tick, partition):
     assert schedule.job_name == "transcribe_partition"
 
 
-def test_asset_job_covers_the_five_assets_and_their_checks_with_retries():
+def test_asset_job_covers_the_six_assets_and_their_checks_with_retries():
     job = defs.resolve_job_def("transcribe_partition")
     keys = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
-    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
     checks = {c.name for c in job.asset_layer.asset_graph.asset_check_keys}
-    assert checks == {"units_accounted_for", "partition_has_audio", "no_words_on_silent_units"}  # no baseline configured
+    assert checks == {"units_accounted_for", "partition_has_audio", "no_words_on_silent_units", "exports_cover_units",
+                      "exports_match_tables"}  # no baseline configured
     assert job.tags["dagster/max_retries"] == "2"
     for assets_def in defs.assets:
         policy = assets_def.backfill_policy
@@ -69,7 +70,7 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
     by_asset: dict[str, dict[str, dict]] = {}
     for m in events:
         by_asset.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
-    assert set(by_asset) == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"}
+    assert set(by_asset) == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
     for asset, partitions in by_asset.items():
         assert set(partitions) == set(layout), asset
     transcripts = by_asset["transcripts"]

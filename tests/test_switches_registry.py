@@ -1,4 +1,4 @@
-"""One registry of kill switches (`batch_assets/switches.py`): run config, Levers, Helm values and README agree with it."""
+"""One registry of kill switches (`batch_assets/switches.py`): run config, Levers, Helm values and docs/gpu-section.md agree with it."""
 
 from __future__ import annotations
 
@@ -44,5 +44,5 @@ def test_helm_values_carry_every_switch_made_from_the_registry():
 
 
 def test_readme_table_is_made_from_the_registry():
-    text = (REPO_ROOT / "README.md").read_text()
-    assert readme_table() in text, "README.md: paste the table printed by `python -m batch_assets.switches`"
+    text = (REPO_ROOT / "docs" / "gpu-section.md").read_text()
+    assert readme_table() in text, "docs/gpu-section.md: paste the table printed by `python -m batch_assets.switches`"

@@ -23,7 +23,7 @@ from batch_assets.settings import env_str
 from batch_assets.storage import StorageResource
 
 
-def _each_partition(
+def each_partition(
     context: dg.AssetCheckExecutionContext, check_one, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
 ) -> dg.AssetCheckResult:
     """Run `check_one(partition) -> (passed, metadata)` for every partition of the run.
@@ -62,7 +62,7 @@ class BaselineResource(dg.ConfigurableResource):
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
                 description="Every fetched_audio unit appears exactly once in transcripts")
 def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    return _each_partition(context, lambda partition: _accounted_for(storage, partition))
+    return each_partition(context, lambda partition: _accounted_for(storage, partition))
 
 
 def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict]:
@@ -79,7 +79,7 @@ def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions,
                 description="WARN: the partition had audio to transcribe (fails for an empty or all-rejected day)")
 def partition_has_audio(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    return _each_partition(context, lambda partition: _has_audio(storage, partition), dg.AssetCheckSeverity.WARN)
+    return each_partition(context, lambda partition: _has_audio(storage, partition), dg.AssetCheckSeverity.WARN)
 
 
 def _has_audio(storage: StorageResource, partition: str) -> tuple[bool, dict]:
@@ -96,7 +96,7 @@ def _has_audio(storage: StorageResource, partition: str) -> tuple[bool, dict]:
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
                 description="No words on units classed silent")
 def no_words_on_silent_units(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    return _each_partition(context, lambda partition: _silent_without_words(storage, partition))
+    return each_partition(context, lambda partition: _silent_without_words(storage, partition))
 
 
 def _silent_without_words(storage: StorageResource, partition: str) -> tuple[bool, dict]:
@@ -122,7 +122,7 @@ def gate_against_baseline(
             "baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```"),
         } | {k: v for k, v in result.as_dict().items() if k != "partitions"}
 
-    return _each_partition(context, gate_one)
+    return each_partition(context, gate_one)
 
 
 BASELINE_CONFIGURED = bool(env_str("BATCH_ASSETS_BASELINE_URL"))

@@ -4,6 +4,11 @@ Speech regions from VAD are merged across short pauses, padded a little, and cut
 most `max_segment_s`, so that one long unit never becomes one huge encoder input; all segments of a
 flight are transcribed in batches, and word times are shifted back to unit time.
 
+Word confidence: the decoding config also asks the TDT decoder for each word's confidence (`max_prob`,
+the emitted tokens' probabilities, the word's lowest), which becomes the words table's `score`. It leaves
+the words and times as they are; it costs 2-3 % of ASR seconds on CPU (`benchmarks/word_confidence.py`), so it
+is a setting (`BATCH_ASSETS_WORD_CONFIDENCE`, the gpu resource's `word_confidence`): off, `score` is null.
+
 Decoder mode (lever 3): the CUDA-graph setting is applied through the decoding config
 (`change_decoding_strategy`), because NeMo rebuilds its decoder from `cfg.decoding` on some calls
 (a timestamps request does), which would silently undo a runtime toggle. `check_decoder_mode` asserts
@@ -33,6 +38,7 @@ class Word:
     start_s: float
     end_s: float
     word: str
+    score: float | None = None  # the TDT decoder's word confidence (0..1), when asked for
 
 
 def speech_segments(
@@ -98,21 +104,30 @@ def observe_decoder(model, device) -> DecoderObservation:
 
 def graph_settings(model) -> dict:
     decoding = model.cfg.decoding
-    return {"strategy": str(decoding.get("strategy")), "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False))}
+    confidence = decoding.get("confidence_cfg") or {}
+    return {"strategy": str(decoding.get("strategy")), "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
+            "word_confidence": bool(confidence.get("preserve_word_confidence", False))}
 
 
-def set_cuda_graphs(model, enabled: bool) -> None:
-    """Through the decoding config (which NeMo rebuilds from), never a runtime toggle it would undo."""
+# NeMo's ConfidenceConfig: blank frames excluded (the label-looping computer's fast path), tokens' max_prob, a word's lowest
+WORD_CONFIDENCE = {"preserve_word_confidence": True, "exclude_blank": True, "aggregation": "min",
+                   "tdt_include_duration": False, "method_cfg": {"name": "max_prob", "alpha": 1.0}}
+
+
+def set_cuda_graphs(model, enabled: bool, word_confidence: bool = True) -> None:
+    """Through the decoding config (which NeMo rebuilds from), never a runtime toggle it would undo; word
+    confidence on or off in the same config."""
     from omegaconf import open_dict
 
     decoding = copy.deepcopy(model.cfg.decoding)
     with open_dict(decoding):
         decoding.strategy = "greedy_batch"
         decoding.greedy.use_cuda_graph_decoder = enabled
+        decoding.confidence_cfg = WORD_CONFIDENCE | {"preserve_word_confidence": word_confidence}
     model.change_decoding_strategy(decoding, verbose=False)
 
 
-def apply_decoder_mode(model, enabled: bool, applied: dict | None) -> dict:
+def apply_decoder_mode(model, enabled: bool, applied: dict | None, word_confidence: bool = True) -> dict:
     """Put the decoder in the requested mode; refuse if its settings changed since we last applied them.
 
     `applied` is what this process set last time (None on first use). Settings that differ from it were
@@ -124,8 +139,8 @@ def apply_decoder_mode(model, enabled: bool, applied: dict | None) -> dict:
         raise DecoderModeError(
             f"decoding settings changed behind the section's back: expected {applied}, actual {current}"
         )
-    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled}:
-        set_cuda_graphs(model, enabled)
+    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled, "word_confidence": word_confidence}:
+        set_cuda_graphs(model, enabled, word_confidence)
     return graph_settings(model)
 
 
@@ -179,11 +194,21 @@ def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segm
         hypotheses = hypotheses[0]
     words: list[Word] = []
     for segment, hypothesis in zip(segments, hypotheses, strict=True):
-        for entry in (hypothesis.timestamp or {}).get("word", []):
+        entries = (hypothesis.timestamp or {}).get("word", [])
+        for entry, score in zip(entries, word_scores(hypothesis, entries), strict=True):
             text = str(entry["word"]).strip()
             if not text:
                 continue
             start = min(segment.end_s, segment.start_s + float(entry["start"]))
             end = min(segment.end_s, max(start, segment.start_s + float(entry["end"])))
-            words.append(Word(segment.unit_id, round(start, 3), round(end, 3), text))
+            words.append(Word(segment.unit_id, round(start, 3), round(end, 3), text, score))
     return words
+
+
+def word_scores(hypothesis, entries: list[dict]) -> list[float | None]:
+    """One confidence per timestamp word. NeMo computes them over `hypothesis.words` (the text split), which it
+    never checks against the timestamps' words: where the two lists differ, no scores rather than misaligned ones."""
+    confidence = getattr(hypothesis, "word_confidence", None)
+    if confidence is None or len(confidence) != len(entries) or [e["word"] for e in entries] != list(hypothesis.words or []):
+        return [None] * len(entries)
+    return [round(float(c), 4) for c in confidence]

@@ -64,6 +64,8 @@ from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
+from batch_assets.speaker_hints import KEYS as HINT_KEYS
+from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
 from batch_assets.storage import StorageResource
 from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
 
@@ -104,18 +106,47 @@ class LeverConfig(dg.Config):
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
 
+class HintsConfig(dg.Config):
+    """Speaker-count hints for every unit of the partition (a unit's sidecar wins: `speaker_hints.py`)."""
+
+    num_speakers: int | None = Field(default=None, gt=0, description="Exactly this many speakers in every unit")
+    min_speakers: int | None = Field(default=None, gt=0, description="At least this many speakers in every unit")
+    max_speakers: int | None = Field(default=None, gt=0, description="At most this many speakers in every unit")
+
+
+def run_hints(config: HintsConfig) -> SpeakerHints:
+    """The run config's hints; a contradiction fails the step at once, naming the fields."""
+    try:
+        return SpeakerHints(config.num_speakers, config.min_speakers, config.max_speakers)
+    except HintError as error:
+        raise dg.Failure(f"speaker hints in the run config: {error} (ops.gpu_section.config)", allow_retries=False) from None
+
+
+def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, SpeakerHints]:
+    """Each unit's hints: its sidecar's (read into the manifest by `fetched_audio`), else the run's."""
+    found = {}
+    for row in manifest.iter_rows(named=True):
+        sidecar = SpeakerHints(**{key: row.get(f"hint_{key}") for key in HINT_KEYS})
+        found[row["unit_id"]] = unit_hints(hints, sidecar)[0]
+    return found
+
+
 def units_field():
     return Field(default=[], description="Rerun only these units of the partition (unit_id or relative key); the other "
                  "units keep their rows. Empty: the whole partition, replaced.")
 
 
-class AssembleConfig(LeverConfig, DegradeConfig):
+class ShardConfig(LeverConfig, HintsConfig):
+    """A shard step's config: the levers and the run's speaker hints."""
+
+
+class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig):
     """The assembly's config: the levers (for flights it finishes itself) and the `units` of a rerun."""
 
     units: list[str] = units_field()
 
 
-class PlanConfig(dg.Config):
+class PlanConfig(HintsConfig):
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
@@ -138,6 +169,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig):
           shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
+          num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar
     ```
     """
 
@@ -146,7 +178,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig):
 def gpu_section_config(config: GpuSectionConfig) -> dict:
     values = config.model_dump()
     pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
-    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(LeverConfig)},
+    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(ShardConfig)},
             "assemble_gpu_tables": {"config": pick(AssembleConfig)}}
 
 
@@ -190,6 +222,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
         raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
                          f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
     partitions = context.partition_keys
+    run_hints(config)  # a contradiction in them fails here, before anything is taken
     preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
     if config.units and len(partitions) > 1:
         raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
@@ -233,7 +266,7 @@ def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.
     retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
     description="One shard of a partition through VAD -> diarization -> ASR in the locked section, a commit per flight",
 )
-def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: StorageResource, gpu: GpuResource,
+def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
               shard: dict) -> dict:
     record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard["partition"], root_run_id(context)
@@ -258,7 +291,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: LeverConfig, storage: Stor
                                         [f for f in owned if f in problems])
 
 
-def process_flights(context, config: LeverConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
+def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
                     units: list[str] | None, planned: dict[str, PlannedFlight], pending: list[str]) -> dict:
     """Run `pending` flights through the locked section, committing each; the report's processing part.
 
@@ -278,9 +311,10 @@ def process_flights(context, config: LeverConfig, storage: StorageResource, gpu:
     ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
     if units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(units))
+    hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
     units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
-        units_by_flight[row["flight_id"]].append(row)
+        units_by_flight[row["flight_id"]].append(row | {"speaker_hints": hints.get(row["unit_id"], SpeakerHints())})
     models = gpu.load(context.log)
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
@@ -466,13 +500,13 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     fragments = commits.fragments(flight_ids)  # every one validated above
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
-    units, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
-                                     plan, fragments["outcomes"], fragments["words"])
+    units, segments, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
+                                               plan, fragments["outcomes"], fragments["words"], run_hints(config))
     processed = plan.filter(pl.col("result_class") == "ok")["unit_id"]  # the units whose class the section decided
     guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)), "gpu_section")
     tables = {("vad_scores", "units"): fragments["vad_units"], ("vad_scores", "regions"): fragments["regions"],
               ("diarization", "turns"): fragments["turns"], ("diarization", "speakers"): fragments["speakers"],
-              ("transcripts", "units"): units, ("transcripts", "words"): words}
+              ("transcripts", "units"): units, ("transcripts", "segments"): segments, ("transcripts", "words"): words}
     if not whole:
         tables = {key: keep_other_units(previous[key], frame, chosen, unit_order) for key, frame in tables.items()}
     uris = {}
@@ -568,8 +602,9 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
             "units_by_class": class_counts(units),
             "unit_classes": dg.MetadataValue.md(unit_classes_markdown(units)),
             "words": len(words),
+            "segments": len(tables["transcripts", "segments"]),
             "transcript": dg.MetadataValue.md(transcript_text.markdown(units, words) or "(no units)"),
-        } | tables_metadata(tables, uris, "transcripts", "units", "words"),
+        } | tables_metadata(tables, uris, "transcripts", "units", "words") | tables_metadata(tables, uris, "transcripts", "units", "segments"),
     }
 
 

@@ -41,6 +41,7 @@ quiet_model_libraries()
 from pyannote.audio.pipelines import SpeakerDiarization  # noqa: E402
 
 from batch_assets.gpu.vad import as_pyannote_file  # noqa: E402
+from batch_assets.speaker_hints import NO_HINTS, SpeakerHints  # noqa: E402
 
 SHARED_TRUNK = "shared trunk"
 STOCK_SWITCHED_OFF = "stock (switch off)"
@@ -218,12 +219,13 @@ def _turns(annotation) -> list[tuple[float, float, str]]:
 
 
 def diarize(pipeline: LeveredSpeakerDiarization, waveform: np.ndarray, uri: str, vad_scores=None,
-            shared_trunk: bool = True) -> DiarizationResult:
+            shared_trunk: bool = True, hints: SpeakerHints = NO_HINTS) -> DiarizationResult:
+    """One unit's diarization; `hints` (speaker counts) go to the pipeline as its own arguments."""
     if vad_scores is not None:
         pipeline.offer_segmentations(vad_scores)
     pipeline.embedding_shared_trunk = shared_trunk
     pipeline.last_embedding = EmbeddingWork()  # stays "not run" when pyannote exits early (no speaker active)
-    output = pipeline(as_pyannote_file(waveform, uri))
+    output = pipeline(as_pyannote_file(waveform, uri), **hints.pipeline_kwargs())
     labels = output.speaker_diarization.labels()
     embeddings = {}
     if output.speaker_embeddings is not None:

@@ -14,6 +14,7 @@ class LoadedModels:
     load_seconds: float
     segmentation_forwards: list[int]  # a counter the forward hook increments
     decoder_settings: dict | None = None  # what this process last applied to the ASR decoder
+    word_confidence: bool = True  # the words' score (the resource's setting, applied with the decoder mode)
 
 
 def load_models(asr_model: str, diarization_pipeline: str, device, segmentation_batch_size: int = 32,

@@ -94,7 +94,8 @@ def run_section(
         entered, report.entered_unix = time.perf_counter(), time.time()
         if models.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(models.device)
-        models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings)
+        models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings,
+                                                     models.word_confidence)
         for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
             outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers, report.stats)
             del audio

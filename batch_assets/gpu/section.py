@@ -21,6 +21,7 @@ from batch_assets.gpu.diarization import DiarizationResult, diarize
 from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
 from batch_assets.gpu.vad import VadResult, run_vad
 from batch_assets.results import ResultClass
+from batch_assets.speaker_hints import NO_HINTS
 
 SAMPLE_RATE = 16_000
 
@@ -73,8 +74,8 @@ def process_flight(
     levers,
     stats: SectionStats,
 ) -> list[UnitOutcome]:
-    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples);
-    `levers`: the run's `runner.Levers`."""
+    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, and
+    optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`."""
     cuda_graphs, asr_batch_size = levers.asr_cuda_graphs_enabled, levers.asr_batch_size
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
@@ -98,7 +99,7 @@ def process_flight(
             with _timed(stats, "diarization"):
                 outcome.diarization = diarize(
                     models.diarization, waveform, uid, outcome.vad.scores if levers.vad_segmentation_reuse_enabled else None,
-                    shared_trunk=levers.embedding_shared_trunk_enabled,
+                    shared_trunk=levers.embedding_shared_trunk_enabled, hints=unit.get("speaker_hints", NO_HINTS),
                 )
             stats.segmentation_forwards["diarization"] += forwards[0] - before
             stats.segmentation_reuse[outcome.diarization.reuse] += 1

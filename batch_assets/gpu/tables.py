@@ -1,4 +1,8 @@
-"""Turn the section's per-unit outcomes into the three assets' parquet tables (schemas documented in README)."""
+"""Turn the section's per-unit outcomes into the three assets' parquet tables (columns: docs/outputs.md).
+
+Words carry their `segment_index`: a segment is a speaker turn, the consecutive words of one speaker in a
+unit, and the `segments` table holds each turn with its text (what the exports and `batch-assets show` print).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import polars as pl
 if TYPE_CHECKING:
     from batch_assets.gpu.section import UnitOutcome
 from batch_assets.results import ResultClass
+from batch_assets.speaker_hints import KEYS as HINT_KEYS
+from batch_assets.speaker_hints import NO_HINTS, SpeakerHints, unit_hints
 
 VAD_UNITS_SCHEMA = {
     "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "speech_s": pl.Float64,
@@ -25,10 +31,15 @@ SPEAKERS_SCHEMA = {
 TRANSCRIPT_UNITS_SCHEMA = {
     "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
     "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+    "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64, "hint_max_speakers": pl.Int64, "hint_source": pl.String,
 }
 WORDS_SCHEMA = {
-    "unit_id": pl.String, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64, "word": pl.String,
-    "speaker": pl.String,
+    "unit_id": pl.String, "segment_index": pl.Int64, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64,
+    "word": pl.String, "speaker": pl.String, "score": pl.Float64,
+}
+SEGMENTS_SCHEMA = {
+    "unit_id": pl.String, "segment_index": pl.Int64, "speaker": pl.String, "start_s": pl.Float64, "end_s": pl.Float64,
+    "text": pl.String, "num_words": pl.Int64,
 }
 
 
@@ -87,14 +98,41 @@ def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFr
             "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
         })
         if transcribed:
-            words.extend({"unit_id": o.unit_id, "word_index": i, "start_s": w.start_s, "end_s": w.end_s, "word": w.word,
-                          "speaker": spk} for i, (w, spk) in enumerate(o.words))
+            words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s, "end_s": w.end_s,
+                          "word": w.word, "speaker": spk, "score": w.score}
+                         for i, ((w, spk), seg) in enumerate(zip(o.words, segment_indices([s for _, s in o.words]), strict=True)))
     return pl.DataFrame(rows, schema=OUTCOMES_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
 
 
-def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame
-                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Every manifest unit exactly once, with its final class: ingest's, prepare's, or the section's (`outcomes`)."""
+def segment_indices(speakers: list[str | None]) -> list[int]:
+    """Each word's speaker turn: a new segment wherever the speaker changes (a null speaker is a speaker too)."""
+    indices, current = [], -1
+    for i, speaker in enumerate(speakers):
+        if i == 0 or speaker != speakers[i - 1]:
+            current += 1
+        indices.append(current)
+    return indices
+
+
+def segments_table(words: pl.DataFrame) -> pl.DataFrame:
+    """One row per speaker turn (unit_id, segment_index) with its text, from the words table (in its order)."""
+    return (words.group_by("unit_id", "segment_index", maintain_order=True)
+            .agg(pl.col("speaker").first(), pl.col("start_s").first(), pl.col("end_s").last(),
+                 pl.col("word").str.join(" ").alias("text"), pl.len().cast(pl.Int64).alias("num_words"))
+            .select(list(SEGMENTS_SCHEMA)).cast(SEGMENTS_SCHEMA))
+
+
+def _hint_columns(manifest_row: dict, run_hints: SpeakerHints) -> dict:
+    """The units table's hint columns for one unit: what diarization was given, and from where."""
+    sidecar = SpeakerHints(**{key: manifest_row.get(f"hint_{key}") for key in HINT_KEYS})
+    hints, source = unit_hints(run_hints, sidecar)
+    return {f"hint_{key}": getattr(hints, key) for key in HINT_KEYS} | {"hint_source": source}
+
+
+def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame,
+                      run_hints: SpeakerHints = NO_HINTS) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(units, segments, words): every manifest unit exactly once, with its final class (ingest's, prepare's,
+    or the section's `outcomes`) and the speaker hints it was given; a bad sidecar's problem joins its reason."""
     by_unit = {row["unit_id"]: row for row in outcomes.iter_rows(named=True)}
     planned = {row["unit_id"]: row for row in plan.iter_rows(named=True)}
     units = []
@@ -102,6 +140,8 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
                 "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
+        base |= _hint_columns(row, run_hints)
+        note = row.get("hint_problem")
         if row["result_class"] != ResultClass.OK:
             units.append(base | {"result_class": row["result_class"], "reason": row["reason"]})
             continue
@@ -117,18 +157,20 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         result_class, reason = o["result_class"], o["reason"]
         if plan_row["reason"] and result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
             result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], reason) if r)
+        reason = "; ".join(r for r in (reason, note) if r)
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
     kept = (words.filter(pl.col("unit_id").is_in(list(rank))).with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
             .sort("_rank", "word_index", maintain_order=True).drop("_rank"))
-    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), kept
+    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), segments_table(kept), kept
 
 
 TABLE_SCHEMAS = {
     ("vad_scores", "units"): VAD_UNITS_SCHEMA, ("vad_scores", "regions"): REGIONS_SCHEMA,
     ("diarization", "turns"): TURNS_SCHEMA, ("diarization", "speakers"): SPEAKERS_SCHEMA,
-    ("transcripts", "units"): TRANSCRIPT_UNITS_SCHEMA, ("transcripts", "words"): WORDS_SCHEMA,
+    ("transcripts", "units"): TRANSCRIPT_UNITS_SCHEMA, ("transcripts", "segments"): SEGMENTS_SCHEMA,
+    ("transcripts", "words"): WORDS_SCHEMA,
 }
 
 

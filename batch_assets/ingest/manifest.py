@@ -4,12 +4,15 @@ Listing is recursive under the partition prefix and sorted, so the manifest (and
 it) is deterministic. Objects are fetched concurrently (threads: the work is IO), streamed in chunks
 to a temporary file while being checksummed (memory stays flat whatever the object size), and probed
 from that file's header; nothing is decoded in full here. Objects whose extension is not a supported
-audio format are not units, but they are listed in a `skipped` table so that nothing disappears silently.
+audio format are not units, but they are listed in a `skipped` table so that nothing disappears silently;
+a unit's JSON sidecar (`call.flac.json`: speaker-count hints, `speaker_hints.py`) is listed there as a sidecar,
+and read into the unit's `hint_*` columns (or, when it is bad, `hint_problem`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 import posixpath
 import tempfile
@@ -21,6 +24,7 @@ from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file,
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
 from batch_assets.ingest.units import is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.results import ResultClass
+from batch_assets.speaker_hints import SIDECAR_SUFFIX, HintError, parse_sidecar
 from batch_assets.storage import is_local, protocol
 
 MANIFEST_SCHEMA = {
@@ -34,6 +38,10 @@ MANIFEST_SCHEMA = {
     "channels": pl.Int64,
     "result_class": pl.String,
     "reason": pl.String,
+    "hint_num_speakers": pl.Int64,
+    "hint_min_speakers": pl.Int64,
+    "hint_max_speakers": pl.Int64,
+    "hint_problem": pl.String,
 }
 SKIPPED_SCHEMA = {"source_uri": pl.String, "relative_key": pl.String, "reason": pl.String}
 TMP_DIR = os.environ.get("BATCH_ASSETS_TMP_DIR")  # where objects are staged while probed (default: system temp)
@@ -121,6 +129,17 @@ def describe_object(
     return row | {"result_class": ResultClass.OK, "reason": ""}
 
 
+def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path: str) -> dict:
+    """A unit's manifest columns from its sidecar: the hints, or why the sidecar was ignored."""
+    buffer = io.BytesIO()
+    try:
+        download(fs, path, buffer, retries, confine_to=partition_path)
+        hints = parse_sidecar(buffer.getvalue(), rel)
+    except (FetchError, ChangedSinceListed, HintError, OSError, ValueError) as error:
+        return {"hint_problem": f"speaker hints ignored: {error}"[:500]}
+    return {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
+
+
 def build_manifest(
     fs, partition_path: str, max_unit_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -130,19 +149,29 @@ def build_manifest(
     else:  # object stores have no symlinks
         listed, refused, aliases = list_partition(fs, partition_path), {}, {}
     audio = [p for p in listed if p not in aliases and (is_audio(p) or p in refused)]
-    skipped = [
-        {"source_uri": uri_of(fs, p), "relative_key": relative_key(partition_path, p),
-         "reason": aliases.get(p) or f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"}
-        for p in listed if p in aliases or not (is_audio(p) or p in refused)
-    ]
+    readable = set(audio) - set(refused)
+    sidecars = {p.removesuffix(SIDECAR_SUFFIX): p for p in listed
+                if p.endswith(SIDECAR_SUFFIX) and p.removesuffix(SIDECAR_SUFFIX) in readable and p not in refused | aliases}
+
+    def why_skipped(p: str) -> str:
+        if p in aliases:
+            return aliases[p]
+        if p in sidecars.values():
+            return f"sidecar: speaker-count hints for {relative_key(partition_path, p.removesuffix(SIDECAR_SUFFIX))!r}"
+        return f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"
+
+    skipped = [{"source_uri": uri_of(fs, p), "relative_key": relative_key(partition_path, p), "reason": why_skipped(p)}
+               for p in listed if p in aliases or not (is_audio(p) or p in refused)]
     rels = [relative_key(partition_path, p) for p in audio]
     ids = unit_ids(rels)  # before any read: ids that cannot be told apart fail here, with nothing written
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries, refused.get(pr[0]),
                                                         partition_path),
                              zip(audio, rels, strict=True)))
-    for row, uid in zip(rows, ids, strict=True):
+    for row, uid, path in zip(rows, ids, audio, strict=True):
         row["unit_id"] = uid
+        if path in sidecars:
+            row |= sidecar_hints(fs, sidecars[path], relative_key(partition_path, sidecars[path]), retries, partition_path)
         row["result_class"] = str(row["result_class"])
         row["source_uri"], row["relative_key"] = storable(row["source_uri"]), storable(row["relative_key"])
     for row in skipped:

@@ -1,0 +1,83 @@
+"""How many speakers to look for: pyannote's `num_speakers`, `min_speakers`, `max_speakers`, per unit.
+
+Two sources, the unit's own winning: the run config of a partition (`gpu_section`'s `num_speakers`,
+`min_speakers`, `max_speakers`; `batch-assets run --num-speakers ...`) for all its units, and a JSON sidecar
+beside an audio object, named after it with `.json` appended (`call.flac` -> `call.flac.json`:
+`{"num_speakers": 2}` or `{"min_speakers": 2, "max_speakers": 4}`). A sidecar is not a unit (it is listed in
+`skipped` as one); a bad sidecar never fails anything: its unit runs without hints and its `reason` says why.
+The hints applied are recorded per unit in `transcripts/units` (`hint_*` columns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+SIDECAR_SUFFIX = ".json"
+MAX_SIDECAR_BYTES = 4096
+KEYS = ("num_speakers", "min_speakers", "max_speakers")
+SIDECAR, RUN_CONFIG = "sidecar", "run config"
+
+
+class HintError(ValueError):
+    """Hints that cannot be used; the message says which value and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeakerHints:
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in KEYS:
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise HintError(f"{key} must be a positive integer, not {value!r}")
+        if self.min_speakers is not None and self.max_speakers is not None and self.min_speakers > self.max_speakers:
+            raise HintError(f"min_speakers {self.min_speakers} is more than max_speakers {self.max_speakers}")
+        if self.num_speakers is not None and (self.min_speakers is not None or self.max_speakers is not None):
+            raise HintError("give num_speakers, or min_speakers/max_speakers, not both")
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, key) is not None for key in KEYS)
+
+    def pipeline_kwargs(self) -> dict[str, int]:
+        """What pyannote's pipeline call takes (only the hints given)."""
+        return {key: getattr(self, key) for key in KEYS if getattr(self, key) is not None}
+
+    def describe(self) -> str:
+        return ", ".join(f"{key}={value}" for key, value in self.pipeline_kwargs().items()) or "none"
+
+
+NO_HINTS = SpeakerHints()
+
+
+def parse_sidecar(data: bytes, name: str) -> SpeakerHints:
+    """A sidecar's hints; HintError naming the sidecar and what is wrong with it."""
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise HintError(f"{name}: {len(data)} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise HintError(f"{name}: not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise HintError(f"{name}: a JSON object is expected, like {{\"num_speakers\": 2}}, not {type(value).__name__}")
+    unknown = sorted(set(value) - set(KEYS))
+    if unknown:
+        raise HintError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))}: the keys are {', '.join(KEYS)}")
+    try:
+        return SpeakerHints(**value)
+    except HintError as error:
+        raise HintError(f"{name}: {error}") from None
+
+
+def sidecar_of(key: str) -> str:
+    return key + SIDECAR_SUFFIX
+
+
+def unit_hints(run: SpeakerHints, sidecar: SpeakerHints | None) -> tuple[SpeakerHints, str | None]:
+    """(hints to apply, their source) for one unit: its sidecar's if it has valid ones, else the run's."""
+    if sidecar:
+        return sidecar, SIDECAR
+    return (run, RUN_CONFIG) if run else (NO_HINTS, None)
