@@ -277,6 +277,12 @@ RUN_SETTINGS = (
 )
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
 def apply_run_settings(args: argparse.Namespace, environ=os.environ) -> None:
     """Each `run` flag given sets its variable, for this process and the run's step processes."""
     for flag, variable, _, _ in RUN_SETTINGS:
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                             help="rerun only these units of the partition (unit_id or key under the partition folder): "
                             "the GPU assets and the exports run, every other unit's rows are kept")
     for hint, what in (("num-speakers", "exactly N"), ("min-speakers", "at least N"), ("max-speakers", "at most N")):
-        run_parser.add_argument(f"--{hint}", type=int, metavar="N",
+        run_parser.add_argument(f"--{hint}", type=positive_int, metavar="N",
                                 help=f"{what} speakers in every unit without a sidecar (gpu_section's {hint.replace('-', '_')})")
     run_parser.add_argument("--verbose", action="store_true",
                             help="show Dagster's event log and library warnings live instead of in the log file")

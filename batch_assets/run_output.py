@@ -76,7 +76,10 @@ class RunWatcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self._poll()  # whatever arrived since the last poll
+        try:  # whatever arrived since the last poll; never in place of the run's own result
+            self._poll()
+        except Exception as error:  # noqa: BLE001
+            self.emit(f"batch-assets: could not read the run's last events ({type(error).__name__}: {error})")
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -93,8 +96,8 @@ class RunWatcher:
             self.run_id = runs[0].run_id
         records = self.instance.all_logs(self.run_id, of_type=WATCHED)
         for record in records[self._seen:]:
+            self._seen += 1  # before: an event that fails to print is never replayed
             self._record(record.dagster_event)
-        self._seen = len(records)
 
     def _record(self, event) -> None:
         kind, data = event.event_type, event.event_specific_data

@@ -27,6 +27,9 @@ def turns(words: pl.DataFrame) -> list[Turn]:
     """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/tables.py`."""
     found: list[Turn] = []
     segment, current, speaker, start, end = None, [], "", 0.0, 0.0
+    if "segment_index" not in words.columns:  # a day written before segments: a turn per change of speaker
+        changed = pl.col("speaker").fill_null("") != pl.col("speaker").fill_null("").shift(1)
+        words = words.sort("word_index").with_columns(changed.fill_null(True).cum_sum().alias("segment_index"))
     for row in words.sort("word_index").iter_rows(named=True):
         if current and row["segment_index"] != segment:
             found.append(Turn(speaker, start, end, tuple(current)))

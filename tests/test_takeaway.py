@@ -174,7 +174,8 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     """interview.ogg has three voices (the shared run finds 3); forced to 2 by the run config, it has 2. planning.mp3's
     sidecar asks for one speaker; support_call.flac's sidecar is bad, so the run's hint applies to it, with a reason."""
     day = "2026-02-02"
-    source = make_source(tmp_path / "source", {day: ["calls/2026/interview.ogg", "meetings/planning.mp3", "calls/2026/support_call.flac"]})
+    source = make_source(tmp_path / "source", {day: ["calls/2026/interview.ogg", "meetings/planning.mp3", "calls/2026/support_call.flac",
+                                                      "silence/empty_room.wav"]})
     folder = source / day
     (folder / "meetings" / "planning.mp3.json").write_text('{"num_speakers": 1}')
     (folder / "calls" / "2026" / "support_call.flac.json").write_text('{"min_speakers": 3, "max_speakers": 2}')
@@ -189,7 +190,9 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     assert (interview["num_speakers"], interview["hint_num_speakers"], interview["hint_source"]) == (2, 2, "run config")
     assert (planning["num_speakers"], planning["hint_num_speakers"], planning["hint_source"]) == (1, 1, "sidecar")
     assert call["result_class"] == "transcribed" and call["hint_source"] == "run config"
-    assert "speaker hints ignored: calls/2026/support_call.flac.json: min_speakers 3 is more than max_speakers 2" in call["reason"]
+    silent = units["silence__empty_room.wav"]  # no speech: diarization never ran, so no hint was applied
+    assert silent["result_class"] == "silent" and (silent["hint_num_speakers"], silent["hint_source"]) == (None, None)
+    assert "speaker hints ignored: 'calls/2026/support_call.flac.json': min_speakers 3 is more than max_speakers 2" in call["reason"]
     speakers = storage.read_parquet("diarization", day, "speakers")
     assert speakers.filter(pl.col("unit_id") == "calls__2026__interview.ogg").height == 2
     skipped = {r["relative_key"]: r["reason"] for r in storage.read_parquet("fetched_audio", day, "skipped").iter_rows(named=True)}
@@ -230,3 +233,21 @@ def test_every_variable_the_code_reads_is_in_the_readmes_table():
     table = table[: table.index("\n\n")]
     rows = {name for line in table.splitlines() for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])}
     assert not (read - rows), f"add to the README's configuration table: {sorted(read - rows)}"
+
+
+def test_a_bad_sidecar_says_what_is_wrong_with_it():
+    import pytest
+
+    from batch_assets.speaker_hints import MAX_SIDECAR_BYTES, HintError, SpeakerHints, parse_sidecar
+
+    assert parse_sidecar(b'{"num_speakers": 2}', "a.wav.json") == SpeakerHints(num_speakers=2)
+    assert parse_sidecar(b'{"min_speakers": 2, "max_speakers": 4}', "a.wav.json").pipeline_kwargs() == {
+        "min_speakers": 2, "max_speakers": 4}
+    for data, message in ((b"{num_speakers: 2}", "not JSON"), (b"[2]", "a JSON object is expected"),
+                          (b'{"speakers": 2}', "unknown key(s) 'speakers'"), (b'{"num_speakers": 0}', "positive integer"),
+                          (b'{"num_speakers": true}', "positive integer"), (b'{"num_speakers": "2"}', "positive integer"),
+                          (b'{"num_speakers": 2, "max_speakers": 3}', "not both"),
+                          (b" " * (MAX_SIDECAR_BYTES + 1), "more than a sidecar's")):
+        with pytest.raises(HintError, match=re.escape(message)) as raised:
+            parse_sidecar(data, "calls/a.wav.json")
+        assert str(raised.value).startswith("calls/a.wav.json: "), raised.value

@@ -112,12 +112,16 @@ def _match(storage: StorageResource, partition: str) -> tuple[bool, dict]:
     different = []
     for uid in exported_units(tables["units"]):
         base = storage.output_url(ASSET, partition, uid)
-        exported = json.loads(storage.read_bytes(f"{base}.json"))["word_segments"]
+        try:
+            exported = json.loads(storage.read_bytes(f"{base}.json"))["word_segments"]
+            lines = storage.read_bytes(f"{base}.rttm").decode().splitlines()
+        except FileNotFoundError:  # exports_cover_units names it
+            different.append(f"{uid}: missing")
+            continue
         mine = words.filter(pl.col("unit_id") == uid).sort("word_index")
         if [(w["word"], w["start"], w["end"], w.get("speaker")) for w in exported] != [
                 (r["word"], r["start_s"], r["end_s"], r["speaker"]) for r in mine.iter_rows(named=True)]:
             different.append(f"{uid}.json")
-        lines = storage.read_bytes(f"{base}.rttm").decode().splitlines()
         if len(lines) != turns.filter(pl.col("unit_id") == uid).height:
             different.append(f"{uid}.rttm")
     return not different, {"units": len(exported_units(tables["units"])), "differ_from_tables": different[:20]}

@@ -237,9 +237,12 @@ def unit_files(unit_id: str, segments: pl.DataFrame, words: pl.DataFrame, turns:
     return {f"{unit_id}.{name}": make[name]() for name in asked}
 
 
+EXPORTED_CLASSES = ("transcribed", "truncated", "silent")
+
+
 def exported_units(units: pl.DataFrame) -> list[str]:
-    """The units that get files: those the GPU section processed (a silent one's files are empty)."""
-    return units.filter(pl.col("speech_s").is_not_null())["unit_id"].to_list()
+    """The units that get files: those with a transcript (a silent one's files are empty; a failed one has none)."""
+    return units.filter(pl.col("result_class").is_in(EXPORTED_CLASSES))["unit_id"].to_list()
 
 
 def partition_files(units: pl.DataFrame, segments: pl.DataFrame, words: pl.DataFrame, turns: pl.DataFrame,

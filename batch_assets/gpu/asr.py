@@ -103,15 +103,20 @@ def observe_decoder(model, device) -> DecoderObservation:
 
 
 def graph_settings(model) -> dict:
+    """The decoding settings the section applies and checks: strategy, CUDA graphs, and the word confidence's."""
     decoding = model.cfg.decoding
     confidence = decoding.get("confidence_cfg") or {}
+    method = (confidence.get("method_cfg") or {}).get("name")
     return {"strategy": str(decoding.get("strategy")), "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
-            "word_confidence": bool(confidence.get("preserve_word_confidence", False))}
+            "word_confidence": bool(confidence.get("preserve_word_confidence", False)),
+            "confidence": f"{method}/{confidence.get('aggregation')}/exclude_blank={confidence.get('exclude_blank')}/"
+                          f"tdt_include_duration={confidence.get('tdt_include_duration')}"}
 
 
 # NeMo's ConfidenceConfig: blank frames excluded (the label-looping computer's fast path), tokens' max_prob, a word's lowest
 WORD_CONFIDENCE = {"preserve_word_confidence": True, "exclude_blank": True, "aggregation": "min",
                    "tdt_include_duration": False, "method_cfg": {"name": "max_prob", "alpha": 1.0}}
+CONFIDENCE_SETTING = "max_prob/min/exclude_blank=True/tdt_include_duration=False"  # WORD_CONFIDENCE as graph_settings reads it
 
 
 def set_cuda_graphs(model, enabled: bool, word_confidence: bool = True) -> None:
@@ -139,7 +144,8 @@ def apply_decoder_mode(model, enabled: bool, applied: dict | None, word_confiden
         raise DecoderModeError(
             f"decoding settings changed behind the section's back: expected {applied}, actual {current}"
         )
-    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled, "word_confidence": word_confidence}:
+    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled, "word_confidence": word_confidence,
+                   "confidence": CONFIDENCE_SETTING}:
         set_cuda_graphs(model, enabled, word_confidence)
     return graph_settings(model)
 

@@ -132,7 +132,8 @@ def _hint_columns(manifest_row: dict, run_hints: SpeakerHints) -> dict:
 def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame,
                       run_hints: SpeakerHints = NO_HINTS) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(units, segments, words): every manifest unit exactly once, with its final class (ingest's, prepare's,
-    or the section's `outcomes`) and the speaker hints it was given; a bad sidecar's problem joins its reason."""
+    or the section's `outcomes`) and, if it reached diarization, the speaker hints it was given there (a bad
+    sidecar's problem joins its reason)."""
     by_unit = {row["unit_id"]: row for row in outcomes.iter_rows(named=True)}
     planned = {row["unit_id"]: row for row in plan.iter_rows(named=True)}
     units = []
@@ -140,7 +141,6 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
                 "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
-        base |= _hint_columns(row, run_hints)
         note = row.get("hint_problem")
         if row["result_class"] != ResultClass.OK:
             units.append(base | {"result_class": row["result_class"], "reason": row["reason"]})
@@ -158,8 +158,9 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         if plan_row["reason"] and result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
             result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], reason) if r)
         reason = "; ".join(r for r in (reason, note) if r)
+        diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
-                     | {"result_class": result_class, "reason": reason})
+                     | (_hint_columns(row, run_hints) if diarized else {}) | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
     kept = (words.filter(pl.col("unit_id").is_in(list(rank))).with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
             .sort("_rank", "word_index", maintain_order=True).drop("_rank"))

@@ -22,9 +22,9 @@ import polars as pl
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
-from batch_assets.ingest.units import is_audio, key_problem, relative_key, storable, unit_ids
+from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.results import ResultClass
-from batch_assets.speaker_hints import SIDECAR_SUFFIX, HintError, parse_sidecar
+from batch_assets.speaker_hints import MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, HintError, parse_sidecar
 from batch_assets.storage import is_local, protocol
 
 MANIFEST_SCHEMA = {
@@ -130,13 +130,15 @@ def describe_object(
 
 
 def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path: str) -> dict:
-    """A unit's manifest columns from its sidecar: the hints, or why the sidecar was ignored."""
-    buffer = io.BytesIO()
+    """A unit's manifest columns from its sidecar: the hints, or why the sidecar was ignored (its name escaped)."""
+    rel, buffer = escaped(rel), io.BytesIO()
     try:
+        if (size := fs.size(path)) > MAX_SIDECAR_BYTES:  # never read a huge object into memory
+            raise HintError(f"{rel}: {size} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
         download(fs, path, buffer, retries, confine_to=partition_path)
         hints = parse_sidecar(buffer.getvalue(), rel)
     except (FetchError, ChangedSinceListed, HintError, OSError, ValueError) as error:
-        return {"hint_problem": f"speaker hints ignored: {error}"[:500]}
+        return {"hint_problem": storable(f"speaker hints ignored: {error}"[:500])}
     return {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
 
 
@@ -149,7 +151,8 @@ def build_manifest(
     else:  # object stores have no symlinks
         listed, refused, aliases = list_partition(fs, partition_path), {}, {}
     audio = [p for p in listed if p not in aliases and (is_audio(p) or p in refused)]
-    readable = set(audio) - set(refused)
+    # only a unit read under its own, clean key has a sidecar (a refused key's is listed as any other .json)
+    readable = {p for p in audio if p not in refused and key_problem(relative_key(partition_path, p)) is None}
     sidecars = {p.removesuffix(SIDECAR_SUFFIX): p for p in listed
                 if p.endswith(SIDECAR_SUFFIX) and p.removesuffix(SIDECAR_SUFFIX) in readable and p not in refused | aliases}
 
