@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 
+from batch_assets.exports.formats import FORMATS
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
 from batch_assets.partitions import SAMPLE_PARTITION
 from batch_assets.storage import REPO_ROOT
@@ -182,7 +183,6 @@ def export(partition: str, unit: str | None, format_: str, out: str) -> int:
     """Write a partition's (or one unit's) transcripts as files: `{out}/{unit_id}.{srt,vtt,txt,json,rttm}`."""
     from batch_assets.definitions import storage_from_env
     from batch_assets.exports.assets import export_frames, read_transcripts
-    from batch_assets.exports.formats import FORMATS
     from batch_assets.partitions import PartitionKeyError, check_partition_key
 
     storage = storage_from_env()
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     export_parser = sub.add_parser("export", help="write a partition's transcripts as SRT, WebVTT, text, JSON or RTTM files")
     export_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     export_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
-    export_parser.add_argument("--format", default="all", choices=["srt", "vtt", "txt", "json", "rttm", "all"])
+    export_parser.add_argument("--format", default="all", choices=[*FORMATS, "all"])
     export_parser.add_argument("--out", default="exports", help="folder to write {unit_id}.{format} into (default: exports)")
     dev_parser = sub.add_parser("dev", help="dagster dev (webserver + daemon) that stops cleanly on Ctrl-C or SIGTERM")
     dev_parser.add_argument("--host", default="127.0.0.1")
