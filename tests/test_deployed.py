@@ -134,15 +134,21 @@ def test_a_kill_before_the_later_shards_start_resumes_every_flight(deployment, f
         run = instance.get_run_by_id(answer["run_id"])
         shard_steps = [k for k in run.step_keys_to_execute or [] if "gpu_shard[" in k]
         logs = "\n".join(e.user_message for e in instance.all_logs(answer["run_id"]))
-    assert len(shard_steps) < 3, shard_steps  # what Dagster chose to rerun: never the shards that had not started
+        started = {e.step_key for e in instance.all_logs(dead, of_type=dg.DagsterEventType.STEP_START) if "gpu_shard[" in e.step_key}
+    # what Dagster chose to rerun: at most the shard steps that had started, never one that had not. (With the pool's
+    # two slots, the third shard starts the moment one of the first two ends: a kill that comes later than its
+    # first commit by a few milliseconds on S3 can find all three started, and then all three rerun.)
+    assert set(shard_steps) <= started, (shard_steps, started)
     meta = _metadata(deployment, answer["run_id"])
     assert meta["shards"].value == 3
     assert meta["resumed_flights"].value == committed  # committed flights were not processed again
     taken = meta["flights_finished_in_assembly"].value
-    if shard_steps:
-        assert "taking over" in logs and "without a valid commit" in logs, logs[-3000:]
-    else:
+    if not shard_steps:
         assert taken == 5 - committed and "processing them here" in logs, logs[-3000:]
+    elif len(shard_steps) < 3:
+        assert "taking over" in logs and "without a valid commit" in logs, logs[-3000:]
+    else:  # every shard had started and reruns: nothing to take over
+        assert taken == 0 and "taking over" not in logs, logs[-3000:]
     resumed, whole = tables_of(deployment.storage), tables_of(flights_of_one)
     units = resumed["transcripts", "units"]
     assert units["unit_id"].is_unique().all() and not units.filter(pl.col("result_class") == "failed").height
