@@ -76,8 +76,10 @@ def sidecar_of(key: str) -> str:
     return key + SIDECAR_SUFFIX
 
 
-def unit_hints(run: SpeakerHints, sidecar: SpeakerHints | None) -> tuple[SpeakerHints, str | None]:
-    """(hints to apply, their source) for one unit: its sidecar's if it has valid ones, else the run's."""
+def unit_hints(run: SpeakerHints, manifest_row: dict) -> tuple[SpeakerHints, str | None]:
+    """(hints to apply, their source) for one unit: its sidecar's (the manifest row's `hint_*`, validated when
+    `fetched_audio` read them) if it has any, else the run's."""
+    sidecar = SpeakerHints(**{key: manifest_row.get(f"hint_{key}") for key in KEYS})
     if sidecar:
         return sidecar, SIDECAR
     return (run, RUN_CONFIG) if run else (NO_HINTS, None)

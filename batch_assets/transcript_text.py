@@ -11,6 +11,8 @@ import dataclasses
 
 import polars as pl
 
+from batch_assets.gpu.tables import segment_indices
+
 
 @dataclasses.dataclass(frozen=True)
 class Turn:
@@ -28,8 +30,8 @@ def turns(words: pl.DataFrame) -> list[Turn]:
     found: list[Turn] = []
     segment, current, speaker, start, end = None, [], "", 0.0, 0.0
     if "segment_index" not in words.columns:  # a day written before segments: a turn per change of speaker
-        changed = pl.col("speaker").fill_null("") != pl.col("speaker").fill_null("").shift(1)
-        words = words.sort("word_index").with_columns(changed.fill_null(True).cum_sum().alias("segment_index"))
+        words = words.sort("word_index")
+        words = words.with_columns(pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
     for row in words.sort("word_index").iter_rows(named=True):
         if current and row["segment_index"] != segment:
             found.append(Turn(speaker, start, end, tuple(current)))

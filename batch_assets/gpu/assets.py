@@ -64,7 +64,6 @@ from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
-from batch_assets.speaker_hints import KEYS as HINT_KEYS
 from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
 from batch_assets.storage import StorageResource
 from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
@@ -124,11 +123,7 @@ def run_hints(config: HintsConfig) -> SpeakerHints:
 
 def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, SpeakerHints]:
     """Each unit's hints: its sidecar's (read into the manifest by `fetched_audio`), else the run's."""
-    found = {}
-    for row in manifest.iter_rows(named=True):
-        sidecar = SpeakerHints(**{key: row.get(f"hint_{key}") for key in HINT_KEYS})
-        found[row["unit_id"]] = unit_hints(hints, sidecar)[0]
-    return found
+    return {row["unit_id"]: unit_hints(hints, row)[0] for row in manifest.iter_rows(named=True)}
 
 
 def units_field():

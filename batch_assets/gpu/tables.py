@@ -124,8 +124,7 @@ def segments_table(words: pl.DataFrame) -> pl.DataFrame:
 
 def _hint_columns(manifest_row: dict, run_hints: SpeakerHints) -> dict:
     """The units table's hint columns for one unit: what diarization was given, and from where."""
-    sidecar = SpeakerHints(**{key: manifest_row.get(f"hint_{key}") for key in HINT_KEYS})
-    hints, source = unit_hints(run_hints, sidecar)
+    hints, source = unit_hints(run_hints, manifest_row)
     return {f"hint_{key}": getattr(hints, key) for key in HINT_KEYS} | {"hint_source": source}
 
 
