@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards
+.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -60,3 +60,7 @@ bench-backfill: setup
 
 bench-shards: setup
 	$(PY) benchmarks/shards.py --json bench_out/shards.json
+
+# 0.5, 1, 2, 4 and 8 audio-hours as one unit each, builtin models on 2 CPU threads: about 40 minutes
+bench-long-units: setup
+	$(PY) benchmarks/long_units.py --out bench_out/long_units.json

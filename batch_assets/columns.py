@@ -29,6 +29,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "offset_samples": "Where the unit starts in its flight's audio (samples at 16 kHz)",
     "num_samples": "The unit's length in its flight's audio (samples at 16 kHz)",
     "offset_s": "Where the unit starts in its flight's audio (seconds)",
+    "window": "The window of a unit processed in windows (longer than max_unit_seconds); null: processed whole",
+    "window_start_s": "Where the window starts in its unit (seconds; null: processed whole)",
     "num_units": "Units in the flight",
     "audio_s": "Seconds of decoded audio in the flight",
     "audio_uri": "The flight's decoded audio (.npy, float32, 16 kHz mono)",

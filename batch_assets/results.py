@@ -16,7 +16,7 @@ class ResultClass(StrEnum):
     OK = "ok"  # fetched and decodable; waiting for the GPU section
     EMPTY = "empty"  # zero bytes, or zero samples
     UNDECODABLE = "undecodable"  # corrupt, truncated, or not audio
-    TOO_LONG = "too_long"  # longer than the group limit
+    TOO_LONG = "too_long"  # longer than the safety limit (max_recording_seconds)
     FETCH_FAILED = "fetch_failed"  # storage kept failing after retries
     REJECTED_KEY = "rejected_key"  # object key would escape the storage root
     SILENT = "silent"  # no speech found by VAD: no words, by construction

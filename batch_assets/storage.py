@@ -15,7 +15,7 @@ import posixpath
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -195,11 +195,23 @@ class StorageResource(dg.ConfigurableResource):
         if not is_local(fs):
             fs.pipe_file(path, data)
             return
+        self.write_chunks(url, [data])
+
+    def write_chunks(self, url: str, chunks: Iterable[bytes]) -> None:
+        """`write_bytes` for a file too big to hold: its bytes in pieces, written as they come (on an object store,
+        one multipart upload, which replaces the object when it completes)."""
+        fs, path = self.filesystem(url)
+        if not is_local(fs):
+            with fs.open(path, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+            return
         os.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
             with open(tmp, "wb") as handle:
-                handle.write(data)
+                for chunk in chunks:
+                    handle.write(chunk)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)

@@ -30,7 +30,7 @@ def _wav_bytes(samples: np.ndarray, rate: int) -> bytes:
 def write_mixed_partition(root: pathlib.Path, long_seconds: float = 6.0) -> dict[str, tuple[str, str]]:
     """Write files under `root`; returns {relative key: (expected class, reason fragment)}.
 
-    `long.flac` lasts `long_seconds`: run with a group limit below it to see `too_long`.
+    `long.flac` lasts `long_seconds`: run with a safety limit (`max_recording_seconds`) below it to see `too_long`.
     """
     import imageio_ffmpeg
 
@@ -59,7 +59,7 @@ def write_mixed_partition(root: pathlib.Path, long_seconds: float = 6.0) -> dict
     put("bad/no_samples.wav", _wav_bytes(np.zeros((0, 1), dtype=np.float32), 16000), "empty", "zero samples")
     put("bad/truncated_header.wav", _wav_bytes(_tone(16000, 1.0, 1), 16000)[:20], "undecodable", "")
     put("bad/random_bytes.wav", np.random.default_rng(0).bytes(50_000), "undecodable", "")
-    put("bad/long.flac", _flac(_tone(16000, long_seconds, 1)), "too_long", "group limit")
+    put("bad/long.flac", _flac(_tone(16000, long_seconds, 1)), "too_long", "safety limit")
     put("notes/readme.txt", b"not audio", "skipped", "")
     return expected
 

@@ -15,7 +15,7 @@ from .s3_server import S3Server
 PARTITION = "2026-02-01"
 INGEST_CONFIG = {
     "ops": {
-        "fetched_audio": {"config": {"max_unit_seconds": 5.0, "retry_base_delay_seconds": 0.05}},
+        "fetched_audio": {"config": {"max_recording_seconds": 5.0, "retry_base_delay_seconds": 0.05}},
         "prepared_flights": {"config": {"decode_budget_seconds": 10.0, "max_units_per_flight": 3}},
     }
 }

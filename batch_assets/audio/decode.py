@@ -158,12 +158,21 @@ class _Resampled:
         self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, 1, dtype="float32", quality="HQ")
                        if sample_rate != TARGET_SAMPLE_RATE else None)
 
-    def add(self, block: np.ndarray, last: bool = False) -> None:
+    def add(self, block: np.ndarray) -> None:
+        for piece in self.pieces(block):
+            self._append(piece)
+
+    def pieces(self, block: np.ndarray | None) -> Iterator[np.ndarray]:
+        """The resampled output of one more block (None: the end, flushing the resampler), without keeping it."""
+        if block is None:
+            if self.stream is not None and self.fed:
+                yield self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+            return
         if not np.all(np.isfinite(block)):
             raise DecodeError("decoded samples contain NaN or infinity")
         mono = np.ascontiguousarray(block.mean(axis=1), dtype=np.float32)  # the same per frame as a whole-signal mean
         self.fed = self.fed or len(mono) > 0
-        self._append(self.stream.resample_chunk(mono, last=last) if self.stream is not None else mono)
+        yield self.stream.resample_chunk(mono) if self.stream is not None else mono
 
     def _append(self, piece: np.ndarray) -> None:
         end = self.length + len(piece)
@@ -173,8 +182,8 @@ class _Resampled:
         self.length = end
 
     def result(self) -> np.ndarray:
-        if self.stream is not None and self.fed:
-            self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        for piece in self.pieces(None):
+            self._append(piece)
         return self.out[: self.length]
 
 
@@ -206,6 +215,44 @@ def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
                 return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames)
             except DecodeError as ffmpeg_error:
                 raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
+
+
+def stream_file(path: str) -> Iterator[np.ndarray]:
+    """`decode_file`'s result in pieces, in order, holding one block at a time: how a recording of any length is
+    decoded into windows. soundfile first; ffmpeg when soundfile cannot open the file, or from where soundfile
+    stopped when it fails part-way (a body cut off: ffmpeg decodes what is there, as `decode_file` does). The
+    concatenation is bit-identical to `decode_file`'s result, but for a lossy file soundfile failed on part-way
+    (there the samples before the failure are soundfile's, the rest ffmpeg's; `decode_file` takes all from ffmpeg)."""
+    done = 0
+    try:
+        with sf.SoundFile(path) as handle:
+            resampled = _Resampled(int(handle.samplerate), 0)
+            for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
+                for piece in resampled.pieces(block):
+                    done += len(piece)
+                    yield piece
+            yield from resampled.pieces(None)
+    except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
+        raise
+    except Exception as soundfile_error:
+        for piece in _ffmpeg_pieces(path, soundfile_error):
+            if len(piece) <= done:  # soundfile's samples of the same stretch were given already
+                done -= len(piece)
+                continue
+            yield piece[done:]
+            done = 0
+
+
+def _ffmpeg_pieces(path: str, soundfile_error: Exception) -> Iterator[np.ndarray]:
+    with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
+        try:
+            info, blocks = _ffmpeg_blocks(path, scratch)
+            resampled = _Resampled(info.sample_rate, 0)
+            for block in blocks:
+                yield from resampled.pieces(block)
+            yield from resampled.pieces(None)
+        except DecodeError as ffmpeg_error:
+            raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
 def decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:

@@ -67,6 +67,7 @@ from batch_assets.settings import env_int
 from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
 from batch_assets.storage import StorageResource
 from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
+from batch_assets.windows import LINK_THRESHOLD, stitch, window_hints
 
 GROUP = "gpu"
 GPU_POOL = "gpu"
@@ -135,8 +136,15 @@ class ShardConfig(LeverConfig, HintsConfig):
     """A shard step's config: the levers and the run's speaker hints."""
 
 
-class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig):
-    """The assembly's config: the levers (for flights it finishes itself) and the `units` of a rerun."""
+class LinkConfig(dg.Config):
+    speaker_link_threshold: float = Field(
+        default=LINK_THRESHOLD, gt=0,
+        description="A windowed unit's speakers closer than this across windows (euclidean, normalised centroids) "
+        "are one voice (`batch_assets/windows.py`)")
+
+
+class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig, LinkConfig):
+    """The assembly's config: the levers (for flights it finishes itself), the `units` of a rerun, speaker linking."""
 
     units: list[str] = units_field()
 
@@ -150,7 +158,7 @@ class PlanConfig(HintsConfig):
     lease_wait_seconds: float = lease_wait_field()
 
 
-class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig):
+class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
     """The GPU work's run config, as the launchpad shows it under `ops.gpu_section.config`:
 
     ```yaml
@@ -165,6 +173,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig):
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
           num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar
+          speaker_link_threshold: 0.7       # a windowed unit's speakers this close across windows are one voice
     ```
     """
 
@@ -309,7 +318,9 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
     units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
-        units_by_flight[row["flight_id"]].append(row | {"speaker_hints": hints.get(row["unit_id"], SpeakerHints())})
+        unit_hints_ = hints.get(row["unit_id"], SpeakerHints())
+        units_by_flight[row["flight_id"]].append(
+            row | {"speaker_hints": unit_hints_ if row.get("window") is None else window_hints(unit_hints_)})
     models = gpu.load(context.log)
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
@@ -492,12 +503,17 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
-    fragments = commits.fragments(flight_ids)  # every one validated above
+    fragments = stitch(  # every one validated above; a windowed unit's windows become the unit (`windows.py`)
+        commits.fragments(flight_ids), plan,
+        write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
+            "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
+        read_array=storage.read_array, hints=unit_speaker_hints(manifest, run_hints(config)),
+        threshold=config.speaker_link_threshold)
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, segments, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
                                                plan, fragments["outcomes"], fragments["words"], run_hints(config))
-    processed = plan.filter(pl.col("result_class") == "ok")["unit_id"]  # the units whose class the section decided
+    processed = plan.filter(pl.col("result_class") == "ok")["unit_id"].unique().to_list()  # the units the section classed
     guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)), "gpu_section")
     tables = {("vad_scores", "units"): fragments["vad_units"], ("vad_scores", "regions"): fragments["regions"],
               ("diarization", "turns"): fragments["turns"], ("diarization", "speakers"): fragments["speakers"],
@@ -507,12 +523,19 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     uris = {}
     for asset in GPU_ASSET_KEYS:
         with storage.replace_partition(asset, partition, remove_stale=whole, fence=lease.check) as out:
-            if asset == "vad_scores":
-                out.keep(commits.scores_paths(flight_ids))  # written by the shards, referenced by these tables
+            if asset == "vad_scores":  # written by the shards (or the stitching), referenced by these tables
+                out.keep([storage.filesystem(uri)[1] for uri in tables["vad_scores", "units"]["scores_uri"] if uri])
             uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
     commits.mark_assembled(plan_fingerprint(planned), context.run.run_id)
     commits.discard()
     return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
+
+
+def _write_fenced(storage: StorageResource, url: str, chunks, fence) -> str:
+    """Write a file of the partition's outputs while this run holds its lease; returns its URL."""
+    fence()
+    storage.write_chunks(url, chunks)
+    return url
 
 
 def _sum(reports: list[dict], key: str) -> float:

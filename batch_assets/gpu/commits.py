@@ -107,14 +107,6 @@ class FlightCommits:
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record
 
-    def scores_paths(self, flight_ids: list[str]) -> list[str]:
-        """The score arrays the flights' commits wrote (filesystem paths, as `PartitionOutputs` tracks them)."""
-        paths = []
-        for flight_id in flight_ids:
-            record = self._record(flight_id) or {"files": {}}
-            paths += [self.storage.filesystem(url)[1] for url in record["files"] if url.endswith(".npy")]
-        return paths
-
     def problems(self, fingerprints: dict[str, str]) -> dict[str, str]:
         """Each flight (of `{flight_id: fingerprint}`) without a valid commit, and why."""
         found = {flight_id: self.problem(flight_id, fingerprint) for flight_id, fingerprint in fingerprints.items()}

@@ -22,6 +22,7 @@ from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_d
 from batch_assets.gpu.vad import VadResult, run_vad
 from batch_assets.results import ResultClass
 from batch_assets.speaker_hints import NO_HINTS
+from batch_assets.windows import piece_id
 
 SAMPLE_RATE = 16_000
 
@@ -74,13 +75,14 @@ def process_flight(
     levers,
     stats: SectionStats,
 ) -> list[UnitOutcome]:
-    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, and
-    optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`."""
+    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, a window's
+    `window`, and optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`. A window's
+    outcome is under its piece id (`windows.piece_id`), on the window's clock; the assembly stitches them."""
     cuda_graphs, asr_batch_size = levers.asr_cuda_graphs_enabled, levers.asr_batch_size
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
     for unit in units:
-        uid = unit["unit_id"]
+        uid = piece_id(unit["unit_id"], unit.get("window"))  # a window of a long unit is processed as a unit of its own
         waveform = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
         outcome = UnitOutcome(uid, flight_id, len(waveform) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
         outcomes[uid] = outcome

@@ -26,6 +26,7 @@ from batch_assets.lease import LeaseLost, PartitionLease
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_fraction
 from batch_assets.storage import StorageConfigError, StorageResource
+from batch_assets.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
 
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
@@ -136,7 +137,10 @@ def preflight(context: dg.AssetExecutionContext, storage: StorageResource, sourc
 
 
 class FetchConfig(DegradeConfig):
-    max_unit_seconds: float = Field(default=7200.0, description="Group limit: longer units are classed too_long")
+    max_recording_seconds: float = Field(
+        default=MAX_RECORDING_SECONDS, gt=0,
+        description="Safety limit only: longer units are classed too_long (long units are processed in windows: "
+        "prepared_flights' max_unit_seconds)")
     fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
     retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
     retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
@@ -161,9 +165,21 @@ class PrepareConfig(DegradeConfig):
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Audio seconds per flight (shared decode budget)")
     max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
     decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
+    max_unit_seconds: float = Field(default=WINDOW_SECONDS, description="Longest audio processed in one piece: a "
+                                    "longer unit is decoded, diarized and transcribed in windows of this length (whole "
+                                    "seconds), its speakers linked across them")
+    window_overlap_seconds: float = Field(default=WINDOW_OVERLAP_SECONDS, description="How much each window overlaps "
+                                          "the next (whole seconds, at most a quarter of max_unit_seconds)")
     retry_attempts: int = Field(default=4)
     retry_base_delay_seconds: float = Field(default=0.5)
     lease_wait_seconds: float = lease_wait_field()
+
+
+def window_spec(config: PrepareConfig) -> WindowSpec:
+    try:
+        return WindowSpec(config.max_unit_seconds, config.window_overlap_seconds)
+    except ValueError as error:
+        raise dg.Failure(f"{error} (ops.prepared_flights.config)", allow_retries=False) from None
 
 
 def class_counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -210,7 +226,7 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
     try:
-        manifest, skipped = build_manifest(fs, path, config.max_unit_seconds, config.fetch_concurrency, config.retries)
+        manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency, config.retries)
     except UnitIdCollision as error:  # two keys, one id (a sha256 collision): nothing was read or written
         raise dg.Failure(description=f"{partition}: {error}; rename one of the objects", allow_retries=False) from None
     previous = previous_unit_count(storage, partition)
@@ -262,7 +278,8 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, s
 
     Writes one `.npy` per flight plus the flight plan (`plan.parquet`: each unit's flight, offset and
     length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
-    budget whatever the size of the partition.
+    budget whatever the size of the partition. A unit longer than `max_unit_seconds` is decoded into
+    overlapped windows, a flight each (`batch_assets/windows.py`), so memory is bounded whatever its length.
     """
     preflight(context, storage)
     for partition in context.partition_keys:
@@ -298,16 +315,22 @@ def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig,
             concurrency=config.decode_concurrency,
             retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
             log=context.log.info,
+            windows=window_spec(config),
         )
         guard_degradation(context, config, storage, partition, with_source_uris(plan, manifest), "prepared_flights")
         plan_uri = outputs.write_parquet(plan, "plan")
         outputs.write_parquet(flights, "flights")
+    windowed = plan.filter(pl.col("window").is_not_null())
+    units = plan.unique("unit_id", keep="first", maintain_order=True)
     return {
         "flights": len(flights),
-        "units_planned": len(plan),
-        "units_by_class": class_counts(plan) if len(plan) else {},
-        "audio_hours": round(float(flights["audio_s"].sum() or 0.0) / 3600, 4),
+        "units_planned": units.height,
+        "units_by_class": class_counts(units) if len(units) else {},
+        "audio_hours": round(float(flights["audio_s"].sum() or 0.0) / 3600, 4),  # windows' overlaps counted twice
         "decode_budget_seconds": config.decode_budget_seconds,
+        "windowed_units": windowed["unit_id"].n_unique(),  # longer than max_unit_seconds: processed in windows
+        "windows": len(windowed),
+        "max_unit_seconds": config.max_unit_seconds,
         "plan": dg.MetadataValue.path(plan_uri),
         "dagster/column_schema": table_schema(dict(plan.schema)),
         "dagster/row_count": len(plan),

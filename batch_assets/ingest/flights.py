@@ -3,7 +3,8 @@
 A flight is the unit of work the GPU section takes at once, and the unit of decoded audio held in
 memory. Packing is greedy in manifest order (deterministic for the same input): a flight closes when
 the next unit would take it past the budget (default 1800 audio seconds) or past the unit cap (default
-8). A unit longer than the budget flies alone.
+8). A unit longer than the budget flies alone, and so does every unit named in `alone` (a unit processed in
+windows: `prepared_flights` turns its flight into one flight per window, `batch_assets/windows.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def plan_flights(
     units: list[tuple[str, float]],
     budget_s: float = DECODE_BUDGET_S,
     max_units: int = MAX_UNITS_PER_FLIGHT,
+    alone: frozenset[str] = frozenset(),
 ) -> list[PlannedUnit]:
     """`units` is [(unit_id, duration_s)] in manifest order; returns the plan in flight order."""
     if budget_s <= 0 or max_units < 1:
@@ -44,7 +46,8 @@ def plan_flights(
         flight, flight_s = [], 0.0
 
     for unit_id, duration_s in units:
-        if flight and (flight_s + duration_s > budget_s or len(flight) >= max_units):
+        if flight and (flight_s + duration_s > budget_s or len(flight) >= max_units or unit_id in alone
+                       or flight[-1][0] in alone):
             close()
         flight.append((unit_id, duration_s))
         flight_s += duration_s

@@ -95,7 +95,7 @@ def uri_of(fs, path: str) -> str:
 
 
 def describe_object(
-    fs, path: str, rel: str, max_unit_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None,
+    fs, path: str, rel: str, max_recording_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None,
     partition_path: str | None = None,
 ) -> dict:
     """One manifest row (without unit_id): fetch, checksum, probe, classify. `refused`: why not to read it at all;
@@ -121,10 +121,10 @@ def describe_object(
     row |= {"duration_s": info.duration_s, "sample_rate": info.sample_rate, "channels": info.channels}
     if info.frames == 0:
         return row | {"result_class": ResultClass.EMPTY, "reason": "zero samples"}
-    if info.duration_s > max_unit_s:
+    if info.duration_s > max_recording_s:
         return row | {
             "result_class": ResultClass.TOO_LONG,
-            "reason": f"{info.duration_s:.1f} s is over the group limit of {max_unit_s:.0f} s",
+            "reason": f"{info.duration_s:.1f} s is over the safety limit of {max_recording_s:.0f} s (max_recording_seconds)",
         }
     return row | {"result_class": ResultClass.OK, "reason": ""}
 
@@ -143,7 +143,7 @@ def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path:
 
 
 def build_manifest(
-    fs, partition_path: str, max_unit_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES
+    fs, partition_path: str, max_recording_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(manifest, skipped non-audio objects) for one partition."""
     if is_local(fs):
@@ -168,7 +168,7 @@ def build_manifest(
     rels = [relative_key(partition_path, p) for p in audio]
     ids = unit_ids(rels)  # before any read: ids that cannot be told apart fail here, with nothing written
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_unit_s, retries, refused.get(pr[0]),
+        rows = list(pool.map(lambda pr: describe_object(fs, pr[0], pr[1], max_recording_s, retries, refused.get(pr[0]),
                                                         partition_path),
                              zip(audio, rels, strict=True)))
     for row, uid, path in zip(rows, ids, audio, strict=True):

@@ -1,0 +1,65 @@
+"""Long recordings with known voices and turns, built from the sample's synthetic dialogues (no Dagster).
+
+`long_recording(seconds, seed)` strings the sample partitions' dialogues (espeak-ng voices: alice, bob,
+carol and dave, written by `scripts/make_sample_data.py`) end to end in a seeded random order, each
+repetition at its own gain, with a seeded pause between dialogues and a quiet noise floor, until the
+recording is `seconds` long; the truth is every turn, shifted to where it landed. The long-unit bench
+(`benchmarks/long_units.py`) and the windowing tests build their units with it, so both measure the
+same thing: a voice that keeps one label from the first hour to the last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+
+from batch_assets.audio.decode import TARGET_SAMPLE_RATE, decode_file, suffix_of
+
+SAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[1] / "sample_data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dialogue:
+    key: str
+    audio: np.ndarray  # 16 kHz mono float32
+    turns: list[tuple[float, float, str]]  # (start_s, end_s, voice)
+
+
+def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT) -> list[Dialogue]:
+    """Every sample unit with speech, decoded, with its true turns (in partition, then key order)."""
+    dialogues = []
+    for truth_file in sorted((root / "truth").glob("*.json")):
+        for key, truth in sorted(json.loads(truth_file.read_text()).items()):
+            if not truth["turns"]:
+                continue
+            path = root / "audio" / truth_file.stem / key
+            audio, _ = decode_file(str(path), suffix_of(key))
+            dialogues.append(Dialogue(f"{truth_file.stem}/{key}", audio,
+                                      [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]]))
+    return dialogues
+
+
+def long_recording(seconds: float, seed: int, dialogues: list[Dialogue] | None = None
+                   ) -> tuple[np.ndarray, list[tuple[float, float, str]]]:
+    """(audio, true turns) of a recording at least `seconds` long (it ends after the dialogue that reaches it)."""
+    dialogues = dialogues if dialogues is not None else sample_dialogues()
+    rng = np.random.default_rng(seed)
+    pieces, turns, cursor = [], [], 0
+    while cursor < seconds * TARGET_SAMPLE_RATE:
+        for index in rng.permutation(len(dialogues)):
+            dialogue = dialogues[index]
+            gap = np.zeros(int(rng.uniform(0.5, 2.0) * TARGET_SAMPLE_RATE), dtype=np.float32)
+            pieces.append(gap)
+            cursor += len(gap)
+            start = cursor / TARGET_SAMPLE_RATE
+            pieces.append((dialogue.audio * rng.uniform(0.7, 1.2)).astype(np.float32))
+            cursor += len(dialogue.audio)
+            turns.extend((round(start + s, 3), round(start + e, 3), voice) for s, e, voice in dialogue.turns)
+            if cursor >= seconds * TARGET_SAMPLE_RATE:
+                break
+    audio = np.concatenate(pieces)
+    audio += rng.normal(0.0, 0.002, size=audio.shape).astype(np.float32)
+    return audio, turns
