@@ -95,5 +95,7 @@ def systemic_problem(new: pl.DataFrame) -> str | None:
 
 
 def with_source_uris(plan: pl.DataFrame, manifest: pl.DataFrame) -> pl.DataFrame:
-    """Plan rows with each unit's source_uri (the plan names units by unit_id only)."""
-    return plan.join(manifest.select("unit_id", "source_uri", "relative_key"), on="unit_id", how="left")
+    """The plan's units, one row each (a windowed unit's windows share its class), with each unit's source_uri
+    (the plan names units by unit_id only)."""
+    units = plan.unique("unit_id", keep="first", maintain_order=True)
+    return units.join(manifest.select("unit_id", "source_uri", "relative_key"), on="unit_id", how="left")

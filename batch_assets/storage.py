@@ -13,6 +13,7 @@ import os
 import pathlib
 import posixpath
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -198,13 +199,17 @@ class StorageResource(dg.ConfigurableResource):
         self.write_chunks(url, [data])
 
     def write_chunks(self, url: str, chunks: Iterable[bytes]) -> None:
-        """`write_bytes` for a file too big to hold: its bytes in pieces, written as they come (on an object store,
-        one multipart upload, which replaces the object when it completes)."""
+        """`write_bytes` for a file too big to hold: its bytes in pieces. Locally they go to the temporary file as
+        they come; for an object store to a local temporary file first, then one upload (multipart above s3fs's
+        threshold) that replaces the object when it completes, so a failure while the pieces are made leaves the
+        object as it was."""
         fs, path = self.filesystem(url)
         if not is_local(fs):
-            with fs.open(path, "wb") as handle:
+            with tempfile.NamedTemporaryFile(prefix="batch-assets-upload-") as staged:
                 for chunk in chunks:
-                    handle.write(chunk)
+                    staged.write(chunk)
+                staged.flush()
+                fs.put_file(staged.name, path)
             return
         os.makedirs(posixpath.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"

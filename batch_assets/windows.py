@@ -5,17 +5,19 @@ once: a 2-hour unit peaked at 5.1 GB and split 4 voices into 26 speakers). A uni
 (`max_unit_seconds` of `prepared_flights`, default 1800 s) is decoded straight into windows of that length,
 each overlapping the next by `window_overlap_seconds` (default 30 s), and each window is a flight of its own:
 the GPU section processes, and commits, one window at a time (a kill in hour 5 resumes from the last committed
-window), and never holds more than a window's audio. A unit no longer than the window is not windowed at all:
-its rows are exactly what they were before windows existed.
+window), holding a window's audio and the next one being prepared. A unit no longer than the window is not
+windowed at all: its rows are exactly what they were before windows existed.
 
 The assembly stitches each windowed unit back into one unit (`stitch`): every window's times are shifted to the
 unit's clock; each window keeps its *core*, from the middle of the overlap with the previous window to the
 middle of the overlap with the next (a word belongs to the window whose core holds its midpoint; turns and
-speech regions are clipped to the cores and rejoined where they meet); and the windows' speakers are linked
-(`link_speakers`): their centroid embeddings are clustered across windows, so a voice keeps one label for the
-whole recording (and the speakers pyannote split one voice into inside a long window become one again). The segmentation scores of the cores are written as one array with the unit's own regular
-chunk grid (windows start on whole seconds, a multiple of the segmentation step), streamed window by window.
-No Dagster.
+speech regions are clipped to the cores and rejoined where they meet); a unit one of whose windows failed is
+`failed`, its reason naming the window, with no other rows (its other windows' results are not published: rerun
+the unit); and the windows' speakers are linked (`link_speakers`): their centroid embeddings are clustered across
+windows, so a voice keeps one label for the whole recording (and the speakers pyannote split one voice into inside
+a long window become one again). The segmentation scores of the cores are written as one array on the unit's own
+regular chunk grid (windows start on whole seconds, a multiple of the segmentation step), streamed window by
+window. No Dagster.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def windows_by_unit(plan: pl.DataFrame) -> dict[str, list[Window]]:
     return out
 
 
+def window_pieces(plan: pl.DataFrame) -> set[str]:
+    """The piece ids of every window in a flight plan."""
+    return {w.piece for windows in windows_by_unit(plan).values() for w in windows}
+
+
 # -- linking ---------------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -204,8 +211,8 @@ def _stitched_scores(rows: list[dict], windows: list[Window], unit_cores: list[t
             raise ValueError(f"window {w.index} starts at {w.start_s:.0f} s, after the previous window's last chunk "
                              f"({cuts[i]:.1f} s): window_overlap_seconds must be at least the segmentation's chunk "
                              f"({rows[0]['chunk_duration_s']:.0f} s)")
-        last = i == len(windows) - 1
-        picks.append(np.flatnonzero((s >= cuts[i] - 1e-6) & (last | (s < (cuts[i + 1] if not last else 0) - 1e-6))))
+        end = np.inf if i == len(windows) - 1 else cuts[i + 1] - 1e-6
+        picks.append(np.flatnonzero((s >= cuts[i] - 1e-6) & (s < end)))
     shape = (sum(len(p) for p in picks), rows[0]["frames_per_chunk"], rows[0]["local_speakers"])
 
     def chunks() -> Iterator[bytes]:
@@ -290,6 +297,12 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
         return None
     ordered, unit_cores, index = [outcomes[p] for p in pieces], cores(windows), {p: i for i, p in enumerate(pieces)}
     result_class, reason = _unit_class(ordered, windows)
+    duration = windows[-1].start_s + ordered[-1]["duration_s"]
+    if result_class == ResultClass.FAILED:  # as a unit whose processing failed: its class and reason, nothing else
+        empty = {name: frame.clear() for name, frame in fragments.items()}
+        return empty | {"outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id, "duration_s": duration,
+                                                   "result_class": result_class, "reason": reason, "num_words": 0,
+                                                   "text": ""}], schema=fragments["outcomes"].schema)}
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
               r["speech_s"]) for r in speakers.iter_rows(named=True)]
@@ -298,22 +311,23 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     def relabel(parts: list[pl.DataFrame]) -> pl.DataFrame:
         """Each window's local labels as the unit's voices (`v0`, `v1`, …)."""
         return pl.concat([part.with_columns(pl.col("speaker").replace_strict(
-            {label: f"v{v}" for (w, label), v in voice.items() if w == i}, default=None)) for i, part in enumerate(parts)])
+            {label: f"v{v}" for (w, label), v in voice.items() if w == i}, default=None, return_dtype=pl.String))
+            for i, part in enumerate(parts)])
 
     turns = relabel(_on_unit_clock(fragments["turns"], uid, windows, unit_cores)).sort("exclusive", "start_s", maintain_order=True)
     # voices named in the order they first speak, as pyannote names a unit's speakers
     first = turns.filter(~pl.col("exclusive")).group_by("speaker", maintain_order=True).agg(pl.col("start_s").min()).sort("start_s")
     names = {v: f"SPEAKER_{i:02d}" for i, v in enumerate(first["speaker"])}
-    turns = _rejoin(turns.with_columns(pl.col("speaker").replace_strict(names)), ["exclusive", "speaker"])
+    turns = _rejoin(turns.with_columns(pl.col("speaker").replace_strict(names, default=None, return_dtype=pl.String)),
+                    ["exclusive", "speaker"])
     regions = _rejoin(pl.concat(_on_unit_clock(fragments["regions"], uid, windows, unit_cores)), ["unit_id"])
     words = relabel(_on_unit_clock(fragments["words"], uid, windows, unit_cores, by_midpoint=True))
-    words = words.with_columns(pl.col("speaker").replace_strict(names, default=None))
-    if result_class != ResultClass.TRANSCRIBED:
+    words = words.with_columns(pl.col("speaker").replace_strict(names, default=None, return_dtype=pl.String))
+    if result_class != ResultClass.TRANSCRIBED:  # silent: no words, by construction
         words = words.clear()
     words = words.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("word_index"),
                                pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
     vad_rows = [r for p in pieces for r in fragments["vad_units"].filter(pl.col("unit_id") == p).iter_rows(named=True)]
-    duration = windows[-1].start_s + ordered[-1]["duration_s"]
     speech_s = float(regions["end_s"].sum() - regions["start_s"].sum()) if len(regions) else 0.0
     num_chunks, npy, (frames, local_speakers) = _stitched_scores(vad_rows, windows, unit_cores, read_array)
     return {

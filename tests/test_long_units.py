@@ -157,6 +157,52 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
     assert np.array_equal(written["u"][:, 0, 0], np.arange(141.0))
 
 
+def _two_windows(first: str) -> tuple[dict, pl.DataFrame]:
+    """A unit of two windows whose first is `first` (silent: VAD found nothing; failed: VAD raised) and whose second
+    has one speaker saying one word."""
+    from batch_assets.gpu import tables
+    from batch_assets.ingest.prepare import PLAN_SCHEMA
+
+    w0, w1 = "u.w0000", "u.w0001"
+    plan = _frame(PLAN_SCHEMA, [{"unit_id": "u", "flight_id": f"f-w000{i}", "window": i, "window_start_s": 80.0 * i,
+                                 "duration_s": 100.0 - 30 * i} for i in (0, 1)])
+    vad = [{"unit_id": w, "flight_id": f"f-w000{i}", "num_chunks": 91 - 30 * i, "frames_per_chunk": 1, "local_speakers": 1,
+            "chunk_duration_s": 10.0, "chunk_step_s": 1.0, "scores_uri": w} for i, w in enumerate((w0, w1))]
+    outcome = {"silent": {"result_class": "silent", "reason": "no speech detected by VAD"},
+               "failed": {"result_class": "failed", "reason": "RuntimeError: boom"}}[first]
+    fragments = {
+        "outcomes": _frame(tables.OUTCOMES_SCHEMA, [{"unit_id": w0, "duration_s": 100.0} | outcome,
+                                                    {"unit_id": w1, "duration_s": 70.0, "result_class": "transcribed"}]),
+        "vad_units": _frame(tables.VAD_UNITS_SCHEMA, vad if first == "silent" else vad[1:]),
+        "regions": _frame(tables.REGIONS_SCHEMA, [{"unit_id": w1, "start_s": 20.0, "end_s": 30.0}]),
+        "turns": _frame(tables.TURNS_SCHEMA, [{"unit_id": w1, "start_s": 20.0, "end_s": 30.0, "speaker": "SPEAKER_00",
+                                               "exclusive": x} for x in (False, True)]),
+        "speakers": _frame(tables.SPEAKERS_SCHEMA, [{"unit_id": w1, "speaker": "SPEAKER_00", "speech_s": 10.0,
+                                                     "embedding": [1.0, 0.0]}]),
+        "words": _frame(tables.WORDS_SCHEMA, [{"unit_id": w1, "word": "yes", "start_s": 21.0, "end_s": 22.0,
+                                               "speaker": "SPEAKER_00"}]),
+    }
+    return fragments, plan
+
+
+def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_the_window():
+    from batch_assets.windows import stitch
+
+    def stitched(first: str) -> dict:
+        fragments, plan = _two_windows(first)
+        return stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
+                      read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
+
+    out = stitched("silent")  # the first 80 s say nothing: the unit is the second window's speech, on the unit clock
+    assert out["outcomes"].select("result_class", "num_speakers", "num_words").row(0) == ("transcribed", 1, 1)
+    assert out["words"].select("word", "start_s", "speaker").rows() == [("yes", 101.0, "SPEAKER_00")]
+    assert out["turns"].filter(~pl.col("exclusive")).select("start_s", "end_s").rows() == [(100.0, 110.0)]
+    out = stitched("failed")
+    unit = out["outcomes"].row(0, named=True)
+    assert unit["result_class"] == "failed" and unit["reason"] == "window 0 (0-100 s) of 2: RuntimeError: boom"
+    assert all(out[name].is_empty() for name in out if name != "outcomes")
+
+
 def _voices(rng, windows: list[list[int]], noise: float = 0.15):
     """Speakers of windows: `windows[w]` lists the true voices present in window w (each a local label)."""
     truth = np.linalg.qr(rng.normal(size=(16, 16)))[0][:5]  # orthogonal voices
@@ -194,6 +240,19 @@ def test_a_window_is_told_at_most_the_units_voices_and_a_windowed_unit_flies_alo
     plan = plan_flights([("a", 10.0), ("long", 500.0), ("b", 10.0), ("c", 10.0)], budget_s=1800, alone=frozenset({"long"}))
     assert [(p.flight_id, p.unit_id) for p in plan] == [("flight-0000", "a"), ("flight-0001", "long"),
                                                         ("flight-0002", "b"), ("flight-0002", "c")]
+
+
+def test_the_guards_count_a_windowed_unit_once():
+    """One long unit whose read failed in every window is that unit's problem: not a systemic fault of the day
+    (the guards see the plan's units, not its windows)."""
+    from batch_assets.guards import systemic_problem, with_source_uris
+    from batch_assets.ingest.prepare import PLAN_SCHEMA
+
+    failed = {"unit_id": "long", "result_class": "fetch_failed", "reason": "storage kept failing"}
+    plan = _frame(PLAN_SCHEMA, [failed | {"flight_id": f"flight-0000-w{w:04d}", "window": w} for w in range(3)])
+    manifest = pl.DataFrame({"unit_id": ["long"], "source_uri": ["s3://b/2026-03-02/long.flac"], "relative_key": ["long.flac"]})
+    units = with_source_uris(plan, manifest)
+    assert units.height == 1 and systemic_problem(units) is None
 
 
 def test_hints_bound_the_linked_count():

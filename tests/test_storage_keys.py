@@ -71,3 +71,21 @@ def test_stale_outputs_under_glob_characters_are_removed_and_fresh_ones_kept(sto
     assert left == ["a[1].npy"], left
     storage.remove_tree(storage.url("asset[x]"))
     assert not _all(storage)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_file_written_in_pieces_appears_whole_or_not_at_all(storage, name):
+    """`write_chunks` (a long unit's stitched scores): the pieces make the file; a failure while they are made
+    leaves the file as it was, and no temporary file behind."""
+    url = storage.url(f"chunks/{name}")
+    storage.write_chunks(url, (bytes([i]) * 1000 for i in range(5)))
+    assert storage.read_bytes(url) == b"".join(bytes([i]) * 1000 for i in range(5))
+    before = _all(storage)
+
+    def failing():
+        yield b"new"
+        raise OSError("the source of the pieces failed")
+
+    with pytest.raises(OSError, match="source of the pieces"):
+        storage.write_chunks(url, failing())
+    assert storage.read_bytes(url) == b"".join(bytes([i]) * 1000 for i in range(5)) and _all(storage) == before

@@ -23,6 +23,7 @@ own materializations; a GPU step loads the models once for all the shards it run
 """
 
 import collections
+import contextlib
 import resource
 from collections.abc import Iterable
 
@@ -65,9 +66,9 @@ from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_int
 from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
-from batch_assets.storage import StorageResource
+from batch_assets.storage import StorageResource, remove_path
 from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
-from batch_assets.windows import LINK_THRESHOLD, stitch, window_hints
+from batch_assets.windows import LINK_THRESHOLD, stitch, window_hints, window_pieces
 
 GROUP = "gpu"
 GPU_POOL = "gpu"
@@ -503,8 +504,12 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
-    fragments = stitch(  # every one validated above; a windowed unit's windows become the unit (`windows.py`)
-        commits.fragments(flight_ids), plan,
+    fragments = commits.fragments(flight_ids)  # every one validated above
+    pieces = window_pieces(plan)
+    window_scores = [uri for uid, uri in zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"],
+                                             strict=True) if uid in pieces]
+    fragments = stitch(  # a windowed unit's windows become the unit (`windows.py`)
+        fragments, plan,
         write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
             "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
         read_array=storage.read_array, hints=unit_speaker_hints(manifest, run_hints(config)),
@@ -528,7 +533,17 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             uris |= {(a, name): out.write_parquet(frame, name) for (a, name), frame in tables.items() if a == asset}
     commits.mark_assembled(plan_fingerprint(planned), context.run.run_id)
     commits.discard()
+    remove_files(storage, window_scores, lease.check)  # the windows' own score arrays: stitched into their units'
     return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
+
+
+def remove_files(storage: StorageResource, urls: list[str], fence) -> None:
+    """Remove files of the partition's outputs that nothing references any more (gone already: fine)."""
+    for url in urls:
+        fence()
+        fs, path = storage.filesystem(url)
+        with contextlib.suppress(FileNotFoundError):
+            remove_path(fs, path)
 
 
 def _write_fenced(storage: StorageResource, url: str, chunks, fence) -> str:

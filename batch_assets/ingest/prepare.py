@@ -87,7 +87,7 @@ def _unfinished_row(base: dict, offset: int, error: Exception | str | None, samp
 def _windowed_flights(planned: PlannedUnit, row: dict, source_path_of, write_flight, spec: WindowSpec,
                       retries: RetryPolicy, log) -> tuple[list[dict], list[dict]]:
     """(plan rows, flight rows) of a unit decoded into windows, one flight per window. A unit that fails part-way
-    keeps its windows' flights, every row classed with the failure (nothing of it is processed)."""
+    keeps a plan row per window decoded, each classed with the failure, and no flight (nothing of it is processed)."""
     base = {"unit_id": planned.unit_id, "position": 0, "planned_duration_s": planned.duration_s}
     rows, flights, decoded = [], [], 0
     try:
@@ -109,7 +109,7 @@ def _windowed_flights(planned: PlannedUnit, row: dict, source_path_of, write_fli
             return [_unfinished_row(base | {"flight_id": f"{planned.flight_id}-w0000", "window": None, "window_start_s": None},
                                     0, error, None)], []
         failed = _unfinished_row(base, 0, error, None)
-        return [r | {k: failed[k] for k in ("result_class", "reason")} for r in rows], flights
+        return [r | {k: failed[k] for k in ("result_class", "reason")} for r in rows], []
     if not rows:
         return [_unfinished_row(base | {"flight_id": f"{planned.flight_id}-w0000"}, 0, None, np.zeros(0))], []
     reason = truncation(planned.duration_s, decoded / TARGET_SAMPLE_RATE) or ""
