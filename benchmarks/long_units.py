@@ -149,7 +149,10 @@ def main() -> None:
         cases = [("short units", None), *((f"{h:g} h", h) for h in args.hours)]
         for label, hours in cases:
             folder = pathlib.Path(scratch) / label.replace(" ", "_")
-            _child("--build-short", str(folder)) if hours is None else _child("--build", str(hours), str(folder), "--seed", str(args.seed))
+            if hours is None:
+                _child("--build-short", str(folder))
+            else:
+                _child("--build", str(hours), str(folder), "--seed", str(args.seed))
             row = {"case": label} | _child("--measure", str(folder), "--threads", str(args.threads))
             rows.append(row)
             print(json.dumps(row), flush=True)

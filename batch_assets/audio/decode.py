@@ -14,6 +14,7 @@ multichannel samples (a 180 s, 8-channel, 48 kHz WAV: 11.5 MB of result, not 300
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -205,16 +206,23 @@ def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
-        with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
-            try:
-                info, blocks = _ffmpeg_blocks(path, scratch)
-                resampled, frames = _Resampled(info.sample_rate, info.frames), 0
-                for block in blocks:
-                    resampled.add(block)
-                    frames += len(block)
-                return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames)
-            except DecodeError as ffmpeg_error:
-                raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
+        with _ffmpeg_fallback(path, soundfile_error) as (info, blocks):
+            resampled, frames = _Resampled(info.sample_rate, info.frames), 0
+            for block in blocks:
+                resampled.add(block)
+                frames += len(block)
+            return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames)
+
+
+@contextlib.contextmanager
+def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[tuple[AudioInfo, Iterator[np.ndarray]]]:
+    """ffmpeg's header and blocks of a file soundfile could not read (in a scratch folder beside it); a failure of
+    ffmpeg too is one `DecodeError` naming both decoders' reasons."""
+    with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
+        try:
+            yield _ffmpeg_blocks(path, scratch)
+        except DecodeError as ffmpeg_error:
+            raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
 def stream_file(path: str) -> Iterator[np.ndarray]:
@@ -235,24 +243,16 @@ def stream_file(path: str) -> Iterator[np.ndarray]:
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
-        for piece in _ffmpeg_pieces(path, soundfile_error):
-            if len(piece) <= done:  # soundfile's samples of the same stretch were given already
-                done -= len(piece)
-                continue
-            yield piece[done:]
-            done = 0
-
-
-def _ffmpeg_pieces(path: str, soundfile_error: Exception) -> Iterator[np.ndarray]:
-    with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
-        try:
-            info, blocks = _ffmpeg_blocks(path, scratch)
+        with _ffmpeg_fallback(path, soundfile_error) as (info, blocks):
             resampled = _Resampled(info.sample_rate, 0)
             for block in blocks:
-                yield from resampled.pieces(block)
+                for piece in resampled.pieces(block):
+                    if len(piece) <= done:  # soundfile's samples of the same stretch were given already
+                        done -= len(piece)
+                        continue
+                    yield piece[done:]
+                    done = 0
             yield from resampled.pieces(None)
-        except DecodeError as ffmpeg_error:
-            raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
 def decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:
