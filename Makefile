@@ -7,7 +7,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
+.PHONY: setup run test dev sample-data train-asr train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -41,14 +41,18 @@ train-asr: setup
 train-diarization: setup
 	$(PY) -m batch_assets.training.train_diarization
 
+# the production-shaped profile's segmentation (segmentation-3.0's architecture, 10 s chunks): ~28 CPU minutes
+train-segmentation-shaped: setup
+	$(PY) -m batch_assets.training.train_diarization --production-shaped-segmentation --segmentation-minutes 24
+
 bench-levers: setup
 	$(PY) benchmarks/levers.py --preset cpu --json bench_out/levers.json
 
-# production architectures at production sizes, random weights: < 15 minutes on 2 cores
+# production architectures at production sizes (random weights but the trained segmentation)
 bench-levers-production-shaped: setup
 	$(PY) benchmarks/levers.py --preset cpu --models production-shaped --json bench_out/levers-production-shaped.json
 
-# on a machine with one CUDA GPU: all off / seed levers / all on, 2 repeats, < 8 minutes
+# on a machine with one CUDA GPU: all off / seed levers / levers 1-4 / all on / all on + half, 2 repeats, < 10 minutes
 bench-levers-gpu: setup
 	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
 

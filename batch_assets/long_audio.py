@@ -28,6 +28,15 @@ class Dialogue:
     turns: list[tuple[float, float, str]]  # (start_s, end_s, voice)
 
 
+def sample_audio_paths(root: pathlib.Path = SAMPLE_ROOT, speech_only: bool = False) -> list[pathlib.Path]:
+    """The sample partitions' audio files, in path order: their speaker-hint sidecars left out, and with
+    `speech_only` the silent room too (the benches cut their corpora from these)."""
+    from batch_assets.speaker_hints import SIDECAR_SUFFIX
+
+    return [p for p in sorted((root / "audio").rglob("*")) if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX)
+            and not (speech_only and "silence" in p.parts)]
+
+
 def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT) -> list[Dialogue]:
     """Every sample unit with speech, decoded, with its true turns (in partition, then key order)."""
     dialogues = []

@@ -1,6 +1,8 @@
 """The speed levers as kill switches, in one registry.
 
-Each lever is on by default. Its default can be flipped for a whole deployment with an environment
+Each lever but one is on by default: those change no result (the gate and the tests hold them to it).
+`half_precision_enabled` changes numbers (reduced precision), so it is off unless a deployment turns it on
+after the gate passes on its own audio. A default can be flipped for a whole deployment with an environment
 variable, read once when the code location loads (so every run launched from that location agrees),
 and each run can still override it in run config from the launchpad. A value other than
 "true"/"false" stops the code location from loading with an error naming the variable: a typo in a
@@ -26,6 +28,7 @@ class Switch:
     name: str  # the run config field (`ops.gpu_section.config.<name>`) and the `Levers` field
     env_var: str  # the deployment default, read once at code-location load
     description: str  # shown in the launchpad, docs/gpu-section.md and the Helm values
+    default: bool = True  # when the variable is unset or empty
     helm_value: str = "true"  # what the Helm values set the variable to
 
     def helm_env(self) -> list[str]:
@@ -44,6 +47,13 @@ SWITCHES: tuple[Switch, ...] = (
            "NeMo TDT greedy decoding with CUDA graphs (eager on CPU, recorded)"),
     Switch("embedding_shared_trunk_enabled", "BATCH_PIPELINE_EMBEDDING_SHARED_TRUNK_ENABLED",
            "one embedding-trunk forward per chunk shared by its local speakers; pooling only for active ones"),
+    Switch("batch_across_units_enabled", "BATCH_PIPELINE_BATCH_ACROSS_UNITS_ENABLED",
+           "segmentation and embedding-trunk forwards batched across the units of a flight, split back per unit"),
+    Switch("host_overlap_enabled", "BATCH_PIPELINE_HOST_OVERLAP_ENABLED",
+           "host work (clustering, attribution, tables) outside the device lock, overlapped with the next flight's device work"),
+    Switch("half_precision_enabled", "BATCH_PIPELINE_HALF_PRECISION_ENABLED",
+           "reduced precision (autocast) for the ASR encoder and the embedding trunk; changes numbers: off unless the gate passes",
+           default=False, helm_value="false"),
 )
 SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}
 README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read once at code-location load) | lever |\n"
@@ -51,8 +61,9 @@ README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read on
 
 
 def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    """Unset or empty means on; "true"/"false" (any case); anything else is a `SettingError` naming the variable."""
-    return {s.name: env_bool(s.env_var, True, environ) for s in SWITCHES}
+    """Unset or empty means the switch's default; "true"/"false" (any case); anything else is a `SettingError` naming
+    the variable."""
+    return {s.name: env_bool(s.env_var, s.default, environ) for s in SWITCHES}
 
 
 def readme_table() -> str:

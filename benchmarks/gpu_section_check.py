@@ -35,7 +35,9 @@ VARIANTS = {  # (reuse segmentation, cuda graphs, shared embedding trunk)
 
 def sample_flight(tile: int) -> tuple[np.ndarray, list[dict]]:
     pieces, units, offset = [], [], 0
-    paths = sorted(p for p in (REPO / "sample_data" / "audio").rglob("*") if p.is_file())
+    from batch_assets.long_audio import sample_audio_paths
+
+    paths = sample_audio_paths()
     for copy in range(tile):
         for path in paths:
             samples, rate = sf.read(path, dtype="float32", always_2d=True)

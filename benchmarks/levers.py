@@ -1,23 +1,26 @@
 """Bench the levers through the real assets, on two model profiles, and gate every run against the all-off run.
 
-    .venv/bin/python benchmarks/levers.py --preset cpu                               # tiny models, ~9 min on 2 cores
-    .venv/bin/python benchmarks/levers.py --preset cpu --models production-shaped    # < 15 min on 2 cores
-    .venv/bin/python benchmarks/levers.py --preset gpu --models production-shaped    # one CUDA GPU, < 8 min
+    .venv/bin/python benchmarks/levers.py --preset cpu                               # tiny models, ~6 min on 2 cores
+    .venv/bin/python benchmarks/levers.py --preset cpu --models production-shaped    # ~24 min on 2 cores
+    .venv/bin/python benchmarks/levers.py --preset gpu --models production-shaped    # one CUDA GPU, < 10 min
 
 Model profiles (`--models`): `tiny`, the offline defaults; `production-shaped`, the production
-architectures at production sizes with seeded random weights (parakeet-tdt-0.6b-v2's FastConformer-TDT,
-community-1's WeSpeaker ResNet34 + VBx/PLDA; the segmentation model is the trained tiny one, see
-`batch_assets/models/production_shaped.py` for why), whose stage costs are production's.
+architectures at production sizes (parakeet-tdt-0.6b-v2's FastConformer-TDT and community-1's WeSpeaker
+ResNet34 + VBx/PLDA with seeded random weights; segmentation-3.0's PyanNet, 10 s chunks, trained here; see
+`batch_assets/models/production_shaped.py`), whose stage costs are production's.
 
 One process: the corpus is generated (real speech cut from the sample partition into units of varied
 lengths, some silent), `fetched_audio` and `prepared_flights` are materialized once, then the GPU step
 (`gpu_section`, the same code the UI runs) is materialized once untimed with all levers off (the warm-up,
 and the gate's baseline), then for every variant, `--repeats` times: all levers off, each lever alone,
-the three seed levers, all on (each preset picks a subset to fit its time;
-`--variants` overrides). Every flight load waits a simulated storage latency per unit (default 0.43 s,
-the production figure). Torch threads are set explicitly (`--threads`). Prints the per-stage table with
-segmentation and embedding work, then `all on vs all off` (audio-hours per compute-hour) and
-`diarization all on vs all off` (diarization stage seconds), and writes JSON (`--json`).
+the three seed levers, levers 1-4, all on (every lever that changes no result), all on + half precision
+(each preset picks a subset to fit its time; `--variants` overrides). Every flight load waits a simulated
+storage latency per unit (default 0.43 s, the production figure). Torch threads are set explicitly
+(`--threads`). Prints the per-stage table with segmentation and embedding work, the section's seconds split
+per stage into device work (model forwards) and host work, then `all on vs all off` (audio-hours per
+compute-hour), `diarization all on vs all off` (diarization stage seconds), lever 2 alone, what levers 5
+and 6 add, and half precision's gate against full precision (it decides whether that switch may be on),
+and writes JSON (`--json`).
 """
 
 from __future__ import annotations
@@ -45,30 +48,38 @@ MODELS = {
     "production-shaped": ("builtin:parakeet-tdt-0.6b-v2-shaped", "builtin:community-1-shaped"),
 }
 LEVERS = tuple(s.name for s in SWITCHES)
+EXACT = tuple(s.name for s in SWITCHES if s.default)  # the levers that change no result (on by default)
+HALF = "half_precision_enabled"  # changes numbers: gated against full precision, not held to "identical"
 SEED_LEVERS = LEVERS[:3]  # the three the project started with
 SHORT = {"prepare_flight_enabled": "prepare flights", "vad_segmentation_reuse_enabled": "reuse segmentation",
-         "asr_cuda_graphs_enabled": "cuda graphs", "embedding_shared_trunk_enabled": "shared trunk"}
-VARIANTS = {"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS} | {"seed levers": SEED_LEVERS, "all on": LEVERS}
+         "asr_cuda_graphs_enabled": "cuda graphs", "embedding_shared_trunk_enabled": "shared trunk",
+         "batch_across_units_enabled": "batch across units", "host_overlap_enabled": "host overlap",
+         HALF: "half precision"}
+VARIANTS = ({"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS}
+            | {"seed levers": SEED_LEVERS, "levers 1-4": LEVERS[:4], "all on": EXACT, "all on + half": (*EXACT, HALF),
+               "all on, reuse off": tuple(lever for lever in EXACT if lever != "vad_segmentation_reuse_enabled")})
 # (models, preset) -> corpus and default variants
 PRESETS = {
-    ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15, "variants": list(VARIANTS)},
+    ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15,
+                      "variants": ["all off", "batch across units", "host overlap", "levers 1-4", "all on", "all on + half"]},
     ("tiny", "gpu"): {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1, "variants": list(VARIANTS)},
     ("production-shaped", "cpu"): {"units": 4, "min_s": 15.0, "max_s": 30.0, "silent_share": 0.15,
-                                   "variants": ["all off", "seed levers", "shared trunk", "all on"]},
+                                   "variants": ["all off", "seed levers", "levers 1-4", "all on, reuse off", "all on",
+                                                "all on + half"]},
     ("production-shaped", "gpu"): {"units": 20, "min_s": 30.0, "max_s": 120.0, "silent_share": 0.1,
-                                   "variants": ["all off", "seed levers", "all on"]},
+                                   "variants": ["all off", "seed levers", "levers 1-4", "all on", "all on + half"]},
 }
 
 
 def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silent_share: float, seed: int) -> float:
     from batch_assets.audio.decode import to_target
+    from batch_assets.long_audio import sample_audio_paths
 
     rng = np.random.default_rng(seed)
     speech = []
-    for path in sorted((REPO / "sample_data" / "audio").rglob("*")):
-        if path.is_file() and "silence" not in path.parts:
-            samples, rate = sf.read(path, dtype="float32", always_2d=True)
-            speech.append(to_target(samples, rate))
+    for path in sample_audio_paths(speech_only=True):
+        samples, rate = sf.read(path, dtype="float32", always_2d=True)
+        speech.append(to_target(samples, rate))
     source = np.concatenate(speech)
     folder.mkdir(parents=True, exist_ok=True)
     total = 0.0
@@ -180,7 +191,9 @@ def main() -> None:
                 "vad_s": meta["vad_seconds"], "flight_load_wait_s": meta["flight_load_wait_seconds"],
                 "segmentation_forwards": meta["segmentation_forwards"], "decoder_modes": meta["decoder_modes"],
                 "embedding_work": meta["embedding_work"], "embedding_paths": meta["embedding_paths"],
-                "cuda_peak_gib": meta.get("cuda_peak_memory_gib"),
+                "cuda_peak_gib": meta.get("cuda_peak_memory_gib"), "stage_seconds": meta["stage_seconds"],
+                "host_in_section_s": meta["host_seconds_in_section"], "host_after_section_s": meta["host_after_section_seconds"],
+                "precision": meta["precision"],
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "gate": verdict.as_dict(),
             })
@@ -197,7 +210,7 @@ def main() -> None:
 
 
 def report(rows: list[dict], variants: list[str], device: str) -> dict:
-    """Print the per-run table and the two ratio lines; return the summary numbers."""
+    """Print the per-run table, the section's device/host split, and the ratio lines; return the summary numbers."""
     rate = "audio-h/GPU-h" if device.startswith("cuda") else "audio-h/compute-h"
     print(f"\n{'variant':18s} {'rep':>3s} {rate:>17s} {'section s':>9s} {'VAD s':>6s} {'diar s':>7s} {'ASR s':>6s} "
           f"{'load wait':>9s} {'seg fwd':>7s} {'trunk fwd':>9s} {'pooled':>6s} {'peak memory':>16s} {'WER':>6s} {'spk':>5s} {'gate':>4s}")
@@ -208,19 +221,61 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
               f"{r['vad_s']:>6.1f} {r['diarization_s']:>7.1f} {r['asr_s']:>6.1f} {r['flight_load_wait_s']:>9.1f} "
               f"{r['segmentation_forwards']:>7d} {e['trunk_forwards']:>9d} {e['pooled_pairs']:>6d} {memory:>16s} "
               f"{g['word_edit_rate']:>6.4f} {g['speaker_agreement']:>5.3f} {'PASS' if g['passed'] else 'FAIL':>4s}")
+    print("\nsection seconds split into device work (model forwards) and host work, per stage (mean of runs); "
+          "'host in section' is host work on the device work's path (lever 6 moves the rest off it)")
+    stages = ("vad", "diarization", "asr", "attribution", "tables")
+    print(f"{'variant':18s} " + " ".join(f"{stage + ' dev/host':>20s}" for stage in stages)
+          + f" {'device s':>8s} {'host s':>7s} {'host in section':>15s} {'host share':>10s} {'after section':>13s}")
 
-    def mean(name: str, key: str) -> float:
-        return float(np.mean([r[key] for r in rows if r["variant"] == name]))
+    def mean(name: str, key) -> float:
+        return float(np.mean([key(r) if callable(key) else r[key] for r in rows if r["variant"] == name]))
 
-    summary = {"gates_passed": all(r["gate"]["passed"] for r in rows),
+    split = {}
+    for name in variants:
+        device_s = mean(name, lambda r: sum(v["device"] for v in r["stage_seconds"].values()))
+        host_s = mean(name, lambda r: sum(v["host"] for v in r["stage_seconds"].values()))
+        in_section, section_s = mean(name, "host_in_section_s"), mean(name, "section_s")
+        split[name] = {"device_s": device_s, "host_s": host_s, "host_in_section_s": in_section,
+                       "host_share_of_section": in_section / section_s if section_s else None,
+                       "host_after_section_s": mean(name, "host_after_section_s"),
+                       "stages": {stage: {k: mean(name, lambda r, st=stage, k=k: r["stage_seconds"].get(st, {}).get(k, 0.0))
+                                          for k in ("device", "host")} for stage in stages}}
+        cells = " ".join(f"{split[name]['stages'][st]['device']:>9.1f} / {split[name]['stages'][st]['host']:>8.2f}" for st in stages)
+        print(f"{name:18s} {cells} {device_s:>8.1f} {host_s:>7.2f} {in_section:>15.2f} "
+              f"{100 * (split[name]['host_share_of_section'] or 0):>9.1f}% {split[name]['host_after_section_s']:>13.2f}")
+
+    exact = [r for r in rows if not r["switches"].get(HALF)]
+    summary = {"gates_passed": all(r["gate"]["passed"] for r in exact), "device_host": split,
                "mean": {name: {key: mean(name, key) for key in ("audio_hours_per_compute_hour", "section_s", "vad_s",
                                                                  "diarization_s", "asr_s")} for name in variants}}
-    print(f"\nall runs gated against all off: {'PASS' if summary['gates_passed'] else 'FAIL'}")
+    print(f"\nevery run of the exact levers gated against all off: {'PASS' if summary['gates_passed'] else 'FAIL'}")
     if "all on" in variants:
         summary["speedup_all_on_vs_off"] = mean("all on", "audio_hours_per_compute_hour") / mean("all off", "audio_hours_per_compute_hour")
         summary["diarization_speedup_all_on_vs_off"] = mean("all off", "diarization_s") / mean("all on", "diarization_s")
         print(f"all on vs all off: {summary['speedup_all_on_vs_off']:.2f}x ({rate})")
         print(f"diarization all on vs all off: {summary['diarization_speedup_all_on_vs_off']:.2f}x (diarization stage seconds)")
+    for alone, base in (("reuse segmentation", "all off"), ("all on", "all on, reuse off")):
+        if alone in variants and base in variants:  # lever 2 on its own, or taken out of all on
+            summary["lever_2_diarization_s"] = {"off": mean(base, "diarization_s"), "on": mean(alone, "diarization_s"),
+                                                "variants": [base, alone]}
+            print(f"lever 2 ({base} -> {alone}): diarization {summary['lever_2_diarization_s']['off']:.1f} s -> "
+                  f"{summary['lever_2_diarization_s']['on']:.1f} s")
+    if "levers 1-4" in variants and "all on" in variants:
+        summary["speedup_all_on_vs_levers_1_4"] = mean("all on", "audio_hours_per_compute_hour") / mean("levers 1-4", "audio_hours_per_compute_hour")
+        print(f"all on vs levers 1-4 (what levers 5 and 6 add): {summary['speedup_all_on_vs_levers_1_4']:.2f}x")
+    halves = [r for r in rows if r["switches"].get(HALF)]
+    if halves:
+        summary["half_precision"] = {"gate_passed": all(r["gate"]["passed"] for r in halves),
+                                     "word_edit_rate": max(r["gate"]["word_edit_rate"] for r in halves),
+                                     "speaker_agreement": min(r["gate"]["speaker_agreement"] for r in halves),
+                                     "precision": halves[0]["precision"]}
+        if "all on" in variants:
+            summary["half_precision"]["speedup_vs_all_on"] = (mean("all on + half", "audio_hours_per_compute_hour")
+                                                              / mean("all on", "audio_hours_per_compute_hour"))
+        h = summary["half_precision"]
+        print(f"half precision ({', '.join(h['precision'])}) against full precision: word edit rate <= {h['word_edit_rate']:.4f}, "
+              f"speaker agreement >= {h['speaker_agreement']:.3f}: gate {'PASS' if h['gate_passed'] else 'FAIL'} (it decides "
+              f"whether the switch may be on)" + (f"; {h['speedup_vs_all_on']:.2f}x all on" if "speedup_vs_all_on" in h else ""))
     return summary
 
 

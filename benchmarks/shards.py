@@ -49,7 +49,9 @@ def make_partition(root: pathlib.Path, hours: float) -> float:
     """Tile the sample's units (silence excluded) into `hours` of audio; returns the audio seconds."""
     import soundfile as sf
 
-    units = [p for p in sorted(SAMPLE.rglob("*")) if p.is_file() and "silence" not in p.parts]
+    from batch_assets.long_audio import sample_audio_paths
+
+    units = [p for p in sample_audio_paths(speech_only=True) if SAMPLE in p.parents]
     durations = {p: sf.info(str(p)).duration for p in units}
     total, copy = 0.0, 0
     while total < hours * 3600:

@@ -103,7 +103,7 @@ def test_parse_switch():
             env_bool("X", True, {"X": bad})
         with pytest.raises(SettingError, match=SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]):
             read_switch_defaults({SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]: bad})
-    assert read_switch_defaults({}) == {name: True for name in SWITCH_ENV_VARS}
+    assert read_switch_defaults({}) == {name: name != "half_precision_enabled" for name in SWITCH_ENV_VARS}
 
 
 def test_integer_and_fraction_settings_name_the_variable_and_the_range():

@@ -43,3 +43,24 @@ def test_community1_shaped_is_laid_out_like_community_1():
     assert type(pipeline.clustering).__name__ == "VBxClustering" and pipeline.embedding_exclude_overlap
     assert pipeline.clustering.plda(torch.zeros(2, 256).numpy() + 0.1).shape == (2, shaped.LDA_DIMENSION)
     assert (pipeline.clustering.threshold, pipeline.clustering.Fa, pipeline.clustering.Fb) == (0.6, 0.07, 0.8)
+
+
+def test_community1_shaped_segments_with_segmentation_3_0s_network_on_10_s_chunks():
+    from batch_assets.gpu import pyannote_adapter as adapter
+    from batch_assets.models.loaders import load_diarization_pipeline
+
+    pipeline = load_diarization_pipeline(shaped.COMMUNITY1_SHAPED, CPU, 32, 32)
+    inference = adapter.segmentation_inference(pipeline)
+    model = inference.model
+    assert type(model).__name__ == "PyanNet" and 1.46e6 < sum(p.numel() for p in model.parameters()) < 1.48e6
+    lstm = model.hparams.lstm
+    assert (lstm["hidden_size"], lstm["num_layers"], lstm["bidirectional"]) == (128, 4, True)
+    assert model.hparams.linear == {"hidden_size": 128, "num_layers": 2}
+    assert model.specifications.duration == inference.duration == shaped.SEGMENTATION_CHUNK_S
+    assert inference.step == pytest.approx(1.0)  # community-1's step: a tenth of a chunk
+    assert model.num_frames(160000) == 589 and model.specifications.powerset
+    # trained, not random: speech and silence get different decisions
+    from .test_embedding_trunk import speech
+
+    scores = inference({"waveform": torch.from_numpy(speech("meetings/standup.wav", 20))[None], "sample_rate": 16000, "uri": "u"})
+    assert 0.2 < float((scores.data.max(axis=-1) > 0).mean()) < 1.0

@@ -10,6 +10,7 @@ import pathlib
 import shutil
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pytest
 
@@ -98,6 +99,10 @@ def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
             assert mine.drop("text", "num_words").equals(theirs.drop("text", "num_words")), key
         elif key == ("transcripts", "words"):
             assert (mine["speaker"].is_not_null()).all(), key
+        elif key == ("diarization", "speakers"):  # lever 5's batches differ too: embeddings to its last-bit tolerance
+            assert mine.drop("embedding").equals(theirs.drop("embedding")), key
+            np.testing.assert_allclose(np.array(mine["embedding"].to_list()), np.array(theirs["embedding"].to_list()),
+                                       rtol=0, atol=1e-6)
         else:
             assert mine.equals(theirs), key
         others = after[key].filter(pl.col("unit_id") != rerun_id)

@@ -11,7 +11,8 @@ from batch_assets.switches import SWITCHES
 from .conftest import make_resources, materialize_partition
 
 LEVERS = tuple(s.name for s in SWITCHES)
-VARIANTS = {f"{lever}=false": {lever: False} for lever in LEVERS} | {"all off": {lever: False for lever in LEVERS}}
+EXACT = tuple(s.name for s in SWITCHES if s.default)  # the levers that change no result; half precision is not one
+VARIANTS = {f"{lever}=false": {lever: False} for lever in EXACT} | {"all off": {lever: False for lever in LEVERS}}
 TABLES = [("transcripts", "units"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
           ("vad_scores", "units"), ("vad_scores", "regions")]
 
@@ -34,8 +35,8 @@ def variant_runs(tmp_path_factory, lock_dir):
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_switches_are_recorded(variant, variant_runs, sample_run):
-    assert section_metadata(sample_run[0])["switches"] == {lever: True for lever in LEVERS}
-    expected = {lever: lever not in VARIANTS[variant] for lever in LEVERS}
+    assert section_metadata(sample_run[0])["switches"] == {s.name: s.default for s in SWITCHES}
+    expected = {s.name: s.default and s.name not in VARIANTS[variant] for s in SWITCHES}
     assert section_metadata(variant_runs[variant][0])["switches"] == expected
 
 
@@ -46,9 +47,10 @@ def test_lever_off_gives_identical_tables(variant, variant_runs, sample_run):
         a = on.read_parquet(asset, SAMPLE_PARTITION, name)
         b = off.read_parquet(asset, SAMPLE_PARTITION, name)
         drop = {"speakers": ["segmentation", "embedding_path"], "units": ["scores_uri"] if asset == "vad_scores" else []}.get(name, [])
-        if name == "speakers" and "embedding_shared_trunk_enabled" in VARIANTS[variant]:
-            # The shared trunk batches chunks where stock batches pairs: the tiny x-vector's kernels on this CPU can
-            # move the last float bit of a centroid (measured: 1 of 13 units, 1.2e-7). Turns and labels stay exact.
+        if name == "speakers" and {"embedding_shared_trunk_enabled", "batch_across_units_enabled"} & set(VARIANTS[variant]):
+            # The shared trunk batches chunks where stock batches pairs, and lever 5 fills its batches across units: the
+            # tiny x-vector's kernels on this CPU can move the last float bits of a centroid (measured: 1.2e-7). Turns
+            # and labels stay exact.
             np.testing.assert_allclose(np.array(a["embedding"].to_list()), np.array(b["embedding"].to_list()), rtol=0, atol=1e-6)
             drop.append("embedding")
         assert a.drop(drop).equals(b.drop(drop)), f"{asset}/{name} differs with {variant}"
@@ -60,12 +62,15 @@ def test_lever_off_gives_identical_tables(variant, variant_runs, sample_run):
 def test_reuse_runs_the_segmentation_model_once_instead_of_twice(variant_runs, sample_run):
     on = section_metadata(sample_run[0])
     off = section_metadata(variant_runs["vad_segmentation_reuse_enabled=false"][0])
+    unbatched = section_metadata(variant_runs["all off"][0])
     assert set(on["segmentation_reuse"]) == {"reused"}
-    assert set(off["segmentation_reuse"]) == {"not offered"}
+    assert set(off["segmentation_reuse"]) == set(unbatched["segmentation_reuse"]) == {"not offered"}
     on_stages, off_stages = on["segmentation_forwards_by_stage"], off["segmentation_forwards_by_stage"]
     assert on_stages["vad"] == off_stages["vad"] > 0
     assert on_stages["diarization"] == 0  # once: diarization consumed VAD's scores
-    assert off_stages["diarization"] == off_stages["vad_of_diarized_units"] > 0  # twice for every diarized unit
+    assert off_stages["diarization"] > 0
+    stages = unbatched["segmentation_forwards_by_stage"]  # unit by unit, a forward per batch of one unit's chunks
+    assert stages["diarization"] == stages["vad_of_diarized_units"] > 0  # twice for every diarized unit
     assert on["segmentation_forwards"] == on_stages["vad"]
     assert off["segmentation_forwards"] == off_stages["vad"] + off_stages["diarization"]
 
@@ -83,8 +88,28 @@ def test_cpu_runs_eager_decoding_whatever_is_requested(variant_runs, sample_run)
 def test_shared_trunk_runs_one_trunk_forward_per_chunk_at_most(variant_runs, sample_run):
     on = section_metadata(sample_run[0])
     off = section_metadata(variant_runs["embedding_shared_trunk_enabled=false"][0])
-    assert set(on["embedding_paths"]) == {"shared trunk"} and set(off["embedding_paths"]) == {"stock (switch off)"}
+    alone = section_metadata(variant_runs["batch_across_units_enabled=false"][0])
+    assert set(on["embedding_paths"]) == {"shared trunk, batched across units"} and set(alone["embedding_paths"]) == {"shared trunk"}
+    assert set(off["embedding_paths"]) == {"stock (switch off)"}
+    assert alone["embedding_work"] == on["embedding_work"]  # the same work, in batches that span units
     w, s = on["embedding_work"], off["embedding_work"]
     assert w["chunks"] == s["chunks"] > 0 and w["pairs"] == s["pairs"] == 3 * w["chunks"]
     assert 0 < w["trunk_forwards"] <= w["chunks"] and s["trunk_forwards"] == s["pairs"]
     assert w["pooled_pairs"] == w["active_pairs"] == s["active_pairs"] < s["pooled_pairs"] == s["pairs"]
+
+
+def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
+    on = section_metadata(sample_run[0])
+    off = section_metadata(variant_runs["host_overlap_enabled=false"][0])
+
+    def host(meta):
+        return sum(split["host"] for split in meta["stage_seconds"].values())
+
+    for meta in (on, off):
+        assert set(meta["stage_seconds"]) == {"vad", "diarization", "asr", "attribution", "tables"}
+        assert meta["stage_seconds"]["diarization"]["host"] > 0 and meta["stage_seconds"]["tables"]["host"] > 0
+        assert meta["stage_seconds"]["vad"]["device"] > 0 and meta["stage_seconds"]["asr"]["device"] > 0
+    # off: every host second is on the device work's path; on: only VAD's score aggregation stays there
+    assert off["host_seconds_in_section"] == pytest.approx(host(off), abs=0.005) and off["host_after_section_seconds"] == 0
+    assert on["host_seconds_in_section"] == pytest.approx(on["stage_seconds"]["vad"]["host"], abs=0.005)
+    assert on["host_after_section_seconds"] > 0  # the last flight's host work, after the lock was released

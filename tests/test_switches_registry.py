@@ -26,8 +26,9 @@ def test_run_config_has_exactly_the_registry_switches_with_its_descriptions():
     assert list(fields) == NAMES
     for switch in SWITCHES:
         assert switch.description in fields[switch.name].description and switch.env_var in fields[switch.name].description
-    for name in NAMES:  # the launchpad's YAML example shows every switch
-        assert f"{name}: true" in GpuSectionConfig.__doc__
+    for switch in SWITCHES:  # the launchpad's YAML example shows every switch, at its default
+        assert f"{switch.name}: {str(switch.default).lower()}" in GpuSectionConfig.__doc__
+        assert switch.helm_value == str(switch.default).lower()
 
 
 def test_the_typed_core_has_a_lever_per_switch():

@@ -103,6 +103,9 @@ class LeverConfig(dg.Config):
     vad_segmentation_reuse_enabled: bool = _switch_field("vad_segmentation_reuse_enabled")
     asr_cuda_graphs_enabled: bool = _switch_field("asr_cuda_graphs_enabled")
     embedding_shared_trunk_enabled: bool = _switch_field("embedding_shared_trunk_enabled")
+    batch_across_units_enabled: bool = _switch_field("batch_across_units_enabled")
+    host_overlap_enabled: bool = _switch_field("host_overlap_enabled")
+    half_precision_enabled: bool = _switch_field("half_precision_enabled")
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
@@ -170,6 +173,9 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
           vad_segmentation_reuse_enabled: true
           asr_cuda_graphs_enabled: true
           embedding_shared_trunk_enabled: true
+          batch_across_units_enabled: true
+          host_overlap_enabled: true
+          half_precision_enabled: false     # changes numbers: on only where the gate passes
           shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
@@ -307,6 +313,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.faults import DeviceFault
+    from batch_assets.gpu.precision import describe as describe_precision
     from batch_assets.gpu.runner import FlightWork, Levers, run_section
 
     switches = {s.name: getattr(config, s.name) for s in SWITCHES}
@@ -368,6 +375,11 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
             "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
             "embedding_work": dict(stats.embedding_work), "embedding_paths": dict(stats.embedding_paths),
             "cuda_peak_bytes": section.cuda_peak_bytes, "decoder_checks_skipped": stats.decoder_checks_skipped,
+            "stage_seconds": stats.stage_seconds(), "host_seconds_in_section": round(stats.host_in_section_s, 3),
+            "host_overlapped_seconds": round(stats.overlapped_host_s, 3),
+            "host_after_section_seconds": round(section.host_after_section_s, 3),
+            "host_phase_device_seconds": round(stats.host_phase_device_s, 3), "batch_fallbacks": stats.batch_fallbacks,
+            "precision": describe_precision(models.device, levers.half_precision_enabled),
         },
     }
 
@@ -568,6 +580,11 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
     for r in ran:
         for key in ("segmentation_forwards_by_stage", "segmentation_reuse", "embedding_work", "embedding_paths"):
             counters[key].update(r["section"].get(key, {}))
+    stages: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in ran:
+        for stage, split in r["section"].get("stage_seconds", {}).items():
+            stages[stage].update(split)
+    host_in_section = _sum([r for r in ran if "host_seconds_in_section" in r["section"]], "host_seconds_in_section")
     entered = [r["section"]["entered_unix"] for r in ran]
     exited = [r["section"]["exited_unix"] for r in ran]
     loads = [r["model_load_seconds"] for r in ran]
@@ -587,6 +604,14 @@ def partition_metadata(tables: dict, uris: dict, reports: list[dict], gpu: GpuRe
         "diarization_seconds": round(_sum(reports, "diarization_seconds"), 3),
         "asr_seconds": round(_sum(reports, "asr_seconds"), 3),
         "asr_batch_retries": int(_sum(reports, "asr_batch_retries")),
+        # each stage's seconds in model forwards (device) and the rest (host); "tables" is the commits'
+        "stage_seconds": {stage: {k: round(v, 3) for k, v in split.items()} for stage, split in stages.items()},
+        # host work on the device work's path (lever 6 moves clustering, attribution and tables off it)
+        "host_seconds_in_section": round(host_in_section, 3),
+        "host_share_of_section": round(host_in_section / section_s, 4) if section_s else None,
+        "host_after_section_seconds": round(sum(r["section"].get("host_after_section_seconds", 0.0) for r in ran), 3),
+        "batch_fallbacks": int(sum(r["section"].get("batch_fallbacks", 0) for r in ran)),
+        "precision": sorted({r["section"].get("precision", "float32") for r in ran}),
         "flight_load_wait_seconds": round(_sum(reports, "flight_load_wait_seconds"), 3),
         "max_prepared_ahead_seconds": max((r["section"]["max_prepared_ahead_seconds"] for r in ran), default=0.0),
         "segmentation_forwards": int(_sum(reports, "segmentation_forwards")),

@@ -18,6 +18,9 @@ PYANNOTE_CHECKED = "4.0.7"
 STOCK_SOURCES = {
     "SpeakerDiarization.get_embeddings": "2c8c00b8b036488d",
     "SpeakerDiarization.get_segmentations": "4e9772ccb8d32760",
+    "SpeakerDiarization.apply": "8a0b199ed198c3e4",
+    "Inference.slide": "3de6feddaa975bc5",
+    "Inference.infer": "f0b4dd7a0a93ccf0",
     "StatsPool.forward": "61dce2f9b75fb64b",
 }
 
@@ -43,11 +46,39 @@ def crop(pipeline, file, chunk):
     return waveform
 
 
+def binarized_segmentations(pipeline, segmentations):
+    """What stock `apply` hands `get_embeddings` and the clustering for these segmentations (a powerset model's are
+    already binary; others are binarized at the pipeline's onset)."""
+    if segmentation_inference(pipeline).model.specifications.powerset:
+        return segmentations
+    from pyannote.audio.utils.signal import binarize
+
+    return binarize(segmentations, onset=pipeline.segmentation.threshold, initial_state=False)
+
+
+def slide_chunks(inference, waveform):
+    """A (channels, samples) waveform cut as `Inference.slide` cuts it: its complete chunks, then the last one
+    zero-padded when the chunks do not end on the waveform's end; (chunks, channels, window samples)."""
+    import torch
+    import torch.nn.functional as F
+
+    window_size = inference.model.audio.get_num_samples(inference.duration)
+    step_size = round(inference.step * inference.model.audio.sample_rate)
+    _, num_samples = waveform.shape
+    chunks = [waveform.unfold(1, window_size, step_size).permute(1, 0, 2)] if num_samples >= window_size else []
+    num_chunks = len(chunks[0]) if chunks else 0
+    if num_samples < window_size or (num_samples - window_size) % step_size > 0:
+        last = waveform[:, num_chunks * step_size :]
+        chunks.append(F.pad(last, (0, window_size - last.shape[1]))[None])
+    return torch.cat(chunks)
+
+
 def stock_source_digest(qualname: str) -> str:
     """A short digest of a stock pyannote method's source, to notice when an upgrade changes it."""
+    from pyannote.audio.core.inference import Inference
     from pyannote.audio.models.blocks.pooling import StatsPool
     from pyannote.audio.pipelines import SpeakerDiarization
 
-    owners = {"SpeakerDiarization": SpeakerDiarization, "StatsPool": StatsPool}
+    owners = {"SpeakerDiarization": SpeakerDiarization, "StatsPool": StatsPool, "Inference": Inference}
     owner, name = qualname.split(".")
     return hashlib.sha256(inspect.getsource(getattr(owners[owner], name)).encode()).hexdigest()[:16]

@@ -2,15 +2,18 @@
 
 `run_section(models, flights, levers, load, commit, section)` is what the GPU asset steps, the lever bench,
 the rerun path and the tests all call. It applies the decoder mode, feeds the flights' audio (prepared
-ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.process_flight`), hands each
-flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights being
-prepared and the one being processed, whatever the size of the partition. A decoder-mode mismatch
+ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.device_work`, then
+`section.host_work`: lever 6 overlaps a flight's host work with the next flight's device work, outside the
+lock), hands each flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights
+being prepared, the one being processed and, with lever 6, the one whose host work is finishing, whatever
+the size of the partition. A decoder-mode mismatch
 (`DecoderModeError`) or a device fault (`gpu/faults.py`: `DeviceFault`) propagates: the caller
 quarantines its worker; the flights committed before it stay committed.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import time
@@ -21,7 +24,8 @@ import numpy as np
 
 from batch_assets.gpu.asr import apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
-from batch_assets.gpu.section import SectionStats, UnitOutcome, process_flight
+from batch_assets.gpu.loaded import LoadedModels
+from batch_assets.gpu.section import HOST_THREAD, DeviceDone, SectionStats, UnitOutcome, device_work, host_work
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +36,9 @@ class Levers:
     vad_segmentation_reuse_enabled: bool = True
     asr_cuda_graphs_enabled: bool = True
     embedding_shared_trunk_enabled: bool = True
+    batch_across_units_enabled: bool = True
+    host_overlap_enabled: bool = True
+    half_precision_enabled: bool = False
     decode_budget_seconds: float = 1800.0
     prepare_workers: int = 1
     asr_batch_size: int = 16
@@ -57,6 +64,8 @@ class SectionReport:
     exited_unix: float | None = None
     load_wait_s: float = 0.0
     max_ahead_s: float = 0.0
+    # lever 6: host work left when the section was exited (the last flight's), run after it
+    host_after_section_s: float = 0.0
     segmentation_forwards: int = 0
     cuda_peak_bytes: int | None = None
     stats: SectionStats = dataclasses.field(default_factory=SectionStats)
@@ -72,14 +81,18 @@ def no_lock() -> Iterator[float]:
 
 
 def run_section(
-    models,
+    models: LoadedModels,
     flights: list[FlightWork],
     levers: Levers,
     load: Callable[[str], np.ndarray],
     commit: Callable[[str, list[UnitOutcome]], object],
     section: ContextManager[float] | None = None,
 ) -> SectionReport:
-    """Process `flights` in order inside `section` (a device lock yielding its wait); `commit` each flight's outcomes."""
+    """Process `flights` in order inside `section` (a device lock yielding its wait); `commit` each flight's outcomes.
+
+    A flight's device work runs inside the section; its host work and commit run there too, or, with lever 6, on
+    one background thread, overlapped with the next flight's device work (at most one flight waits for it), the
+    last flight's after the section is exited. Commits stay in flight order."""
     import torch
 
     report = SectionReport()
@@ -89,24 +102,78 @@ def run_section(
                       budget_s=levers.decode_budget_seconds, workers=levers.prepare_workers)
     work = {f.flight_id: f for f in flights}
     forwards_before = models.segmentation_forwards[0]
-    with section or no_lock() as waited, contextlib.ExitStack() as stack:
-        report.lock_wait_s = waited
-        entered, report.entered_unix = time.perf_counter(), time.time()
-        if models.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(models.device)
-        models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings,
-                                                     models.word_confidence)
-        for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
-            outcomes = process_flight(models, flight_id, audio, work[flight_id].units, levers, report.stats)
-            del audio
-            commit(flight_id, outcomes)
-            report.flights += 1
-            report.units += len(outcomes)
-            report.audio_s += sum(o.duration_s for o in outcomes if o.vad is not None)
-            del outcomes
-        report.section_s, report.exited_unix = time.perf_counter() - entered, time.time()
-        if models.device.type == "cuda":
-            report.cuda_peak_bytes = torch.cuda.max_memory_allocated(models.device)
+    stats = report.stats
+
+    def finish(done: DeviceDone) -> None:
+        outcomes = host_work(models, done, stats)
+        started = time.perf_counter()
+        commit(done.flight_id, outcomes)
+        stats.add("tables", 0.0, time.perf_counter() - started)
+        report.flights += 1
+        report.units += len(outcomes)
+        report.audio_s += sum(o.duration_s for o in outcomes if o.vad is not None)
+
+    host = HostWork(enabled=levers.host_overlap_enabled)
+    with host:
+        with section or no_lock() as waited, contextlib.ExitStack() as stack:
+            report.lock_wait_s = waited
+            entered, report.entered_unix = time.perf_counter(), time.time()
+            if models.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(models.device)
+            models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings,
+                                                         models.word_confidence)
+            for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
+                done = device_work(models, flight_id, audio, work[flight_id].units, levers, stats)
+                del audio
+                host.submit(finish, done)
+                del done
+            report.section_s, report.exited_unix = time.perf_counter() - entered, time.time()
+            if models.device.type == "cuda":
+                report.cuda_peak_bytes = torch.cuda.max_memory_allocated(models.device)
+        if host.enabled:
+            exited = time.perf_counter()
+            host.wait()
+            report.host_after_section_s = time.perf_counter() - exited
     report.load_wait_s, report.max_ahead_s = feed.load_wait_s, feed.max_ahead_s
     report.segmentation_forwards = models.segmentation_forwards[0] - forwards_before
     return report
+
+
+class HostWork:
+    """Lever 6: a flight's host work and commit on one background thread, at most one flight behind the device
+    work; off, `submit` runs it at once. An error in it stops the section at the next flight (or the end) and is
+    raised there; an error in the device work lets the flight already handed over finish (and commit) first."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: concurrent.futures.Future | None = None
+
+    def __enter__(self) -> HostWork:
+        if self.enabled:
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=HOST_THREAD)
+        return self
+
+    def submit(self, fn: Callable[[DeviceDone], None], done: DeviceDone) -> None:
+        if self._pool is None:
+            fn(done)
+            return
+        self.wait()  # the previous flight's: at most one flight's host work behind
+        self._pending = self._pool.submit(fn, done)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                self.wait()
+            elif self._pending is not None:  # the device failed: the flight handed over still commits, its error aside
+                with contextlib.suppress(Exception):
+                    self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+        return False

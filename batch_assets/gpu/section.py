@@ -5,26 +5,44 @@ gets no words, by construction. An exception in one unit marks that unit `failed
 the flight goes on: one bad unit never fails a partition. Device faults (CUDA errors, device
 out-of-memory, NCCL: `gpu/faults.py`) and decoder-mode mismatches are not unit failures: they propagate
 (`DeviceFault`, `DecoderModeError`), and the caller quarantines the worker.
+
+A flight is two phases. `device_work` does everything that uses the device: VAD, the diarization forwards
+(segmentation, embeddings) and ASR. `host_work` does the rest: with lever 5 or 6 on, the diarization calls
+(clustering and reconstruction over the precomputed forwards), and always each word's speaker. Every stage's
+seconds are split into device work (model forwards) and host work (`SectionStats.device_seconds` /
+`host_seconds`). Lever 5 batches the forwards across the flight's units; lever 6 (`runner.run_section`) runs
+`host_work` outside the device lock, overlapped with the next flight's `device_work`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import threading
 import time
 
 import numpy as np
 
 from batch_assets.gpu.asr import DecoderModeError, Segment, Word, check_decoder_mode, speech_segments, transcribe_segments
 from batch_assets.gpu.attribution import attribute_speakers
-from batch_assets.gpu.diarization import DiarizationResult, diarize
+from batch_assets.gpu.diarization import (
+    DiarizationCall,
+    DiarizationResult,
+    call_of,
+    diarization_file,
+    diarize,
+    precompute_device_work,
+)
 from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
-from batch_assets.gpu.vad import VadResult, run_vad
+from batch_assets.gpu.precision import asr_encoder_autocast
+from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
 from batch_assets.results import ResultClass
-from batch_assets.speaker_hints import NO_HINTS
+from batch_assets.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.windows import piece_id
 
 SAMPLE_RATE = 16_000
+STAGES = ("vad", "diarization", "asr", "attribution", "tables")
+HOST_THREAD = "section-host"  # lever 6's thread (`runner.HostWork`)
 
 
 @dataclasses.dataclass
@@ -41,7 +59,11 @@ class UnitOutcome:
 
 @dataclasses.dataclass
 class SectionStats:
-    seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # per stage, device + host
+    # per stage (`STAGES`): seconds in model forwards (device work) and the rest (host work: score aggregation,
+    # clustering, reconstruction, attribution, table building and writing); "tables" is the commit's
+    device_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    host_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     decoder_modes: set = dataclasses.field(default_factory=set)
     segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # segmentation model forwards: by VAD (all units, and units that went on to diarization), by diarization
@@ -53,78 +75,103 @@ class SectionStats:
     # flights with no speech to transcribe: no ASR call ran, so there is no decoder to check (NeMo builds and
     # captures its CUDA graphs lazily, on the first decode: demanding a captured graph would fail them)
     decoder_checks_skipped: int = 0
+    batch_fallbacks: int = 0  # lever 5's batched forwards failed for a flight and were redone unit by unit
+    # seconds the host phase spent in model forwards: 0 unless a precomputed forward did not match what the call
+    # needed (then the call ran it itself, outside the section with lever 6); the tests assert 0
+    host_phase_device_s: float = 0.0
+    overlapped_host_s: float = 0.0  # host seconds run on lever 6's thread, off the device work's path
+
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def host_in_section_s(self) -> float:
+        """Host seconds on the device work's path (all of them without lever 6)."""
+        return sum(self.host_seconds.values()) - self.overlapped_host_s
+
+    def stage_seconds(self) -> dict[str, dict[str, float]]:
+        return {stage: {"device": round(self.device_seconds[stage], 3), "host": round(self.host_seconds[stage], 3)}
+                for stage in STAGES}
+
+    def add(self, stage: str, device_s: float, host_s: float) -> None:
+        with self._lock:  # lever 6: the device work and the host work add from two threads
+            self._add(stage, device_s, host_s)
+
+    def _add(self, stage: str, device_s: float, host_s: float) -> None:
+        if threading.current_thread().name.startswith(HOST_THREAD):
+            self.overlapped_host_s += host_s
+        self.device_seconds[stage] += device_s
+        self.host_seconds[stage] += host_s
+        self.seconds[stage] += device_s + host_s
 
 
-def _timed(stats: SectionStats, stage: str):
-    class _Timer:
-        def __enter__(self):
-            self.started = time.perf_counter()
+@dataclasses.dataclass
+class DeviceDone:
+    """A flight after its device work: what its host work needs."""
 
-        def __exit__(self, *exc):
-            stats.seconds[stage] += time.perf_counter() - self.started
-            return False
+    flight_id: str
+    outcomes: dict[str, UnitOutcome]
+    words: list[Word] = dataclasses.field(default_factory=list)
+    # units whose diarization call is still to run, its forwards done: (call, file, hints)
+    calls: dict[str, tuple[DiarizationCall, dict, SpeakerHints]] = dataclasses.field(default_factory=dict)
 
-    return _Timer()
 
-
-def process_flight(
-    models,
-    flight_id: str,
-    audio: np.ndarray,
-    units: list[dict],
-    levers,
-    stats: SectionStats,
-) -> list[UnitOutcome]:
+def process_flight(models, flight_id: str, audio: np.ndarray, units: list[dict], levers, stats: SectionStats) -> list[UnitOutcome]:
     """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, a window's
     `window`, and optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`. A window's
     outcome is under its piece id (`windows.piece_id`), on the window's clock; the assembly stitches them."""
-    cuda_graphs, asr_batch_size = levers.asr_cuda_graphs_enabled, levers.asr_batch_size
+    return host_work(models, device_work(models, flight_id, audio, units, levers, stats), stats)
+
+
+def device_work(models, flight_id: str, audio: np.ndarray, units: list[dict], levers, stats: SectionStats) -> DeviceDone:
+    """Everything of a flight that uses the device. With lever 5 or 6 the diarization calls' forwards are done
+    here and the calls themselves are left to `host_work`; otherwise each call runs whole here."""
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
+    hints: dict[str, SpeakerHints] = {}
     for unit in units:
         uid = piece_id(unit["unit_id"], unit.get("window"))  # a window of a long unit is processed as a unit of its own
-        waveform = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
-        outcome = UnitOutcome(uid, flight_id, len(waveform) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
-        outcomes[uid] = outcome
-        forwards = models.segmentation_forwards
-        try:
-            before = forwards[0]
-            with _timed(stats, "vad"):
-                outcome.vad = run_vad(models.diarization, waveform, uid)
-            vad_forwards = forwards[0] - before
-            stats.segmentation_forwards["vad"] += vad_forwards
-            if not outcome.vad.regions:
-                outcome.result_class, outcome.reason = ResultClass.SILENT, "no speech detected by VAD"
-                continue
-            stats.segmentation_forwards["vad_of_diarized_units"] += vad_forwards
-            before = forwards[0]
-            with _timed(stats, "diarization"):
-                outcome.diarization = diarize(
-                    models.diarization, waveform, uid, outcome.vad.scores if levers.vad_segmentation_reuse_enabled else None,
-                    shared_trunk=levers.embedding_shared_trunk_enabled, hints=unit.get("speaker_hints", NO_HINTS),
-                )
-            stats.segmentation_forwards["diarization"] += forwards[0] - before
-            stats.segmentation_reuse[outcome.diarization.reuse] += 1
-            stats.embedding_work.update(outcome.diarization.embedding_work.counts())
-            stats.embedding_paths[outcome.diarization.embedding_work.path] += 1
-            waveforms[uid] = waveform
-        except Exception as error:  # one unit's failure is that unit's result, unless the device's
-            raise_if_device_fault(error, f"VAD/diarization of {uid}")
-            outcome.result_class, outcome.reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
+        waveforms[uid] = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
+        outcomes[uid] = UnitOutcome(uid, flight_id, len(waveforms[uid]) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
+        hints[uid] = unit.get("speaker_hints", NO_HINTS)
+    done = DeviceDone(flight_id, outcomes)
+    speech = _vad(models, waveforms, outcomes, levers, stats)
+    calls = {uid: DiarizationCall(shared_trunk=levers.embedding_shared_trunk_enabled, half_precision=levers.half_precision_enabled,
+                                  vad_scores=outcomes[uid].vad.scores if levers.vad_segmentation_reuse_enabled else None)
+             for uid in speech}
+    files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in speech}
+    before = models.segmentation_forwards[0]
+    if levers.batch_across_units_enabled or levers.host_overlap_enabled:
+        _precompute(models, files, levers, stats, outcomes)
+        done.calls = {uid: (calls[uid], files[uid], hints[uid]) for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
+        diarized = list(done.calls)
+    else:
+        diarized = [uid for uid in speech if _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)]
+    stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
     segments: list[Segment] = []
-    for uid in waveforms:
-        outcome = outcomes[uid]
-        segments.extend(speech_segments(uid, outcome.vad.regions, outcome.duration_s))
-    words: list[Word] = []
+    for uid in diarized:
+        segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
     if not segments:
         stats.decoder_checks_skipped += 1
     else:
-        with _timed(stats, "asr"):
-            words = _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size, cuda_graphs, stats)
+        started = time.perf_counter()
+        with asr_encoder_autocast(models.asr, models.device, levers.half_precision_enabled):
+            done.words = _transcribe_checked(models, {uid: waveforms[uid] for uid in diarized}, segments, outcomes,
+                                             levers.asr_batch_size, levers.asr_cuda_graphs_enabled, stats)
+        stats.add("asr", time.perf_counter() - started, 0.0)
+    return done
 
+
+def host_work(models, done: DeviceDone, stats: SectionStats) -> list[UnitOutcome]:
+    """A flight's work that needs no device: the diarization calls `device_work` left (clustering and
+    reconstruction over precomputed forwards), then each word's speaker. Lever 6 runs it outside the section."""
+    outcomes = done.outcomes
+    for uid, (call, file, hints) in done.calls.items():
+        _diarize_unit(models, outcomes[uid], call, file, hints, stats)
+        stats.host_phase_device_s += call.device_s
+    started = time.perf_counter()
     by_unit: dict[str, list[Word]] = collections.defaultdict(list)
-    for word in words:
+    for word in done.words:
         by_unit[word.unit_id].append(word)
     for uid, unit_words in by_unit.items():
         outcome = outcomes[uid]
@@ -136,7 +183,87 @@ def process_flight(
             outcome.diarization.exclusive_turns or outcome.diarization.turns,
         )
         outcome.words = list(zip(unit_words, speakers, strict=True))
+    stats.add("attribution", 0.0, time.perf_counter() - started)
     return list(outcomes.values())
+
+
+def _vad(models, waveforms: dict[str, np.ndarray], outcomes: dict[str, UnitOutcome], levers, stats: SectionStats) -> list[str]:
+    """Every unit's VAD (lever 5: the forwards batched across units); returns the units with speech, in order."""
+    forwards = models.segmentation_forwards
+    before = forwards[0]
+    results: dict[str, VadResult] = {}
+    if levers.batch_across_units_enabled and waveforms:
+        started = time.perf_counter()
+        try:
+            results, device_s = run_vad_flight(models.diarization, waveforms)
+            stats.add("vad", device_s, time.perf_counter() - started - device_s)
+        except Exception as error:  # a unit's audio broke the batch: unit by unit, so that one bad unit stays one
+            raise_if_device_fault(error, f"batched VAD of {', '.join(waveforms)}")
+            stats.batch_fallbacks += 1
+            results = {}
+    for uid, waveform in waveforms.items():
+        if uid in results:
+            continue
+        started, unit_before = time.perf_counter(), forwards[0]
+        try:
+            results[uid] = run_vad(models.diarization, waveform, uid)
+            results[uid].forwards = forwards[0] - unit_before
+        except Exception as error:  # one unit's failure is that unit's result, unless the device's
+            raise_if_device_fault(error, f"VAD of {uid}")
+            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
+            continue
+        stats.add("vad", results[uid].device_s, time.perf_counter() - started - results[uid].device_s)
+    stats.segmentation_forwards["vad"] += forwards[0] - before
+    speech = []
+    for uid in waveforms:
+        if uid not in results:
+            continue
+        outcomes[uid].vad = results[uid]
+        if not results[uid].regions:
+            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.SILENT, "no speech detected by VAD"
+        else:
+            speech.append(uid)
+    stats.segmentation_forwards["vad_of_diarized_units"] += sum(results[uid].forwards for uid in speech)
+    return speech
+
+
+def _precompute(models, files: dict[str, dict], levers, stats: SectionStats, outcomes: dict[str, UnitOutcome]) -> None:
+    """The diarization calls' forwards (lever 5: batched across units); a unit that breaks the batch fails alone."""
+    pipeline = models.diarization
+    started = time.perf_counter()
+    try:
+        precompute_device_work(pipeline, list(files.values()), across_units=levers.batch_across_units_enabled)
+    except Exception as error:
+        raise_if_device_fault(error, f"batched diarization forwards of {', '.join(files)}")
+        stats.batch_fallbacks += 1
+        for uid, file in files.items():
+            call = call_of(file)
+            call.segmentations = call.embeddings = None
+            try:
+                precompute_device_work(pipeline, [file], across_units=False)
+            except Exception as unit_error:
+                raise_if_device_fault(unit_error, f"diarization forwards of {uid}")
+                outcomes[uid].result_class = ResultClass.FAILED
+                outcomes[uid].reason = f"{type(unit_error).__name__}: {unit_error}"[:500]
+    stats.add("diarization", time.perf_counter() - started, 0.0)
+
+
+def _diarize_unit(models, outcome: UnitOutcome, call: DiarizationCall, file: dict, hints: SpeakerHints,
+                  stats: SectionStats) -> bool:
+    """One unit's diarization call (whole, or the host part of a precomputed one); False when the unit failed."""
+    started = time.perf_counter()
+    try:
+        outcome.diarization = diarize(models.diarization, None, outcome.unit_id, call=call, file=file, hints=hints)
+    except Exception as error:  # one unit's failure is that unit's result, unless the device's
+        raise_if_device_fault(error, f"diarization of {outcome.unit_id}")
+        outcome.result_class, outcome.reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
+        return False
+    finally:
+        stats.add("diarization", call.device_s, time.perf_counter() - started - call.device_s)
+    stats.segmentation_reuse[outcome.diarization.reuse] += 1
+    stats.embedding_work.update(outcome.diarization.embedding_work.counts())
+    stats.embedding_paths[outcome.diarization.embedding_work.path] += 1
+    return True
 
 
 def _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size: int, cuda_graphs: bool,

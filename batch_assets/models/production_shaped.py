@@ -18,12 +18,12 @@ models users run. These two names can be given wherever a model name goes (`BATC
   `embedding_exclude_overlap`, batch sizes 32): the embedding model is pyannote's `WeSpeakerResNet34`
   (6.6 M parameters, 256-dimensional, seeded random weights); the PLDA is community-1's shape (a
   256 -> 128 LDA, seeded random orthonormal, and a neutral 128-dimensional PLDA). The segmentation model
-  is the one trained part: the shipped tiny PyanNet, trained here. A PyanNet with random weights predicts
-  one powerset class everywhere, i.e. every frame speech by the same single speaker or no speech at all,
-  and every downstream cost (which units are silent, how many chunks have 1, 2 or 3 active speakers,
-  hence how many embeddings the clustering uses) follows from those decisions. Segmentation is a small
-  share of production diarization (the embeddings take ~96%), and a larger segmentation model would
-  only raise what lever 2 saves, so this under-states, not over-states, the diarization levers.
+  is the one trained part: segmentation-3.0's PyanNet (`SEGMENTATION_ARCHITECTURE`, 1.47 M parameters) on
+  community-1's 10 s chunks, trained here on the synthetic dialogues (`weights/segmentation-3.0-shaped.bin`,
+  `python -m batch_assets.training.train_diarization --production-shaped-segmentation`). A PyanNet with
+  random weights predicts one powerset class everywhere, i.e. every frame speech by the same single
+  speaker or no speech at all, and every downstream cost (which units are silent, how many chunks have
+  1, 2 or 3 active speakers, hence how many embeddings the clustering uses) follows from those decisions.
 
 Builds are seeded and cached like the tiny builtins (`builtin.py`); the 0.6 B-parameter ASR model is
 built in memory on each load (seconds), not written to a 2.4 GB `.nemo`. Its 1024-piece tokenizer is
@@ -34,6 +34,7 @@ setup` installs them): these are bench and test models, not something a producti
 from __future__ import annotations
 
 import pathlib
+import shutil
 
 PARAKEET_SHAPED = "builtin:parakeet-tdt-0.6b-v2-shaped"
 COMMUNITY1_SHAPED = "builtin:community-1-shaped"
@@ -41,6 +42,17 @@ SHAPED_SEED = 20260601
 EMBEDDING_DIMENSION = 256
 LDA_DIMENSION = 128
 VOCABULARY = 1024
+
+# segmentation-3.0's PyanNet (1.47 M parameters, 589 frames per 10 s chunk); LSTM dropout only regularises
+# training (0.5 there), so it is 0.0 here, where training is short: the inference network is the same
+SEGMENTATION_ARCHITECTURE = {
+    "sincnet": {"stride": 10},
+    "lstm": {"hidden_size": 128, "num_layers": 4, "bidirectional": True, "monolithic": True, "dropout": 0.0},
+    "linear": {"hidden_size": 128, "num_layers": 2},
+}
+SEGMENTATION_CHUNK_S = 10.0  # community-1's chunks; its step is a tenth of a chunk (the pipeline's segmentation_step)
+SEGMENTATION_WEIGHTS = pathlib.Path(__file__).resolve().parent / "weights" / "segmentation-3.0-shaped.bin"
+SEGMENTATION_REPORT = SEGMENTATION_WEIGHTS.with_suffix(".json")
 
 PARAKEET_SIZES = {
     "features": 128, "d_model": 1024, "layers": 24, "heads": 8, "ff_expansion": 4, "subsampling_channels": 256,
@@ -89,7 +101,7 @@ def build_parakeet_shaped(seed: int = SHAPED_SEED):
 
 
 def community1_shaped_path() -> pathlib.Path:
-    from batch_assets.models import builtin, tiny_segmentation
+    from batch_assets.models import builtin
 
     def build(folder: pathlib.Path) -> None:
         import numpy as np
@@ -98,12 +110,16 @@ def community1_shaped_path() -> pathlib.Path:
 
         from batch_assets.models.tiny_plda import write_plda
 
-        builtin.copy_segmentation(folder)
+        (folder / "segmentation").mkdir()
+        shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
         torch.manual_seed(SHAPED_SEED)
         builtin.save_embedding(WeSpeakerResNet34(), folder, duration=10.0)
         write_plda(folder / "plda", EMBEDDING_DIMENSION, lda_dimension=LDA_DIMENSION, rng=np.random.default_rng(SHAPED_SEED))
         builtin.write_pipeline_config(folder, COMMUNITY1_PARAMS, segmentation_batch_size=32, embedding_batch_size=32)
 
-    key = builtin.fingerprint(builtin.SEGMENTATION_WEIGHTS, tiny_segmentation.ARCHITECTURE, COMMUNITY1_PARAMS,
-                              EMBEDDING_DIMENSION, LDA_DIMENSION, SHAPED_SEED, "community-1-shaped-v2")
+    if not SEGMENTATION_WEIGHTS.exists():
+        raise FileNotFoundError(f"{SEGMENTATION_WEIGHTS} is missing: it ships with the repository (train it with "
+                                "`python -m batch_assets.training.train_diarization --production-shaped-segmentation`)")
+    key = builtin.fingerprint(SEGMENTATION_WEIGHTS, SEGMENTATION_ARCHITECTURE, COMMUNITY1_PARAMS,
+                              EMBEDDING_DIMENSION, LDA_DIMENSION, SHAPED_SEED, "community-1-shaped-v3")
     return builtin.cached_build("community-1-shaped", key, build)

@@ -13,6 +13,13 @@ Seeded. Steps:
 5. Pipeline: the clustering threshold / VBx factors are picked on validation dialogues by DER, then DER is
    measured on test dialogues (collar 0.5 s in pyannote's terms: +-0.25 s around each boundary).
 Writes `batch_assets/models/weights/{segmentation.bin, embedding.bin, plda/, diarization.json}`.
+
+    .venv/bin/python -m batch_assets.training.train_diarization --production-shaped-segmentation [--segmentation-minutes 24]
+
+trains only the production-shaped profile's segmentation model (segmentation-3.0's architecture and sizes,
+10 s chunks: `models/production_shaped.py`) from scratch on the same speakers, and measures its DER in the
+tiny pipeline (the shipped embedding and PLDA, step 1 is skipped), tuning step 5 on validation as above.
+Writes `weights/{segmentation-3.0-shaped.bin, segmentation-3.0-shaped.json}`.
 """
 
 from __future__ import annotations
@@ -144,12 +151,13 @@ def frame_targets(model, turns, offset_s: float, seconds: float, local: int) -> 
     return y
 
 
-def train_segmentation(pool, minutes: float, rng, duration: float, init: pathlib.Path | None, batch: int = 16):
+def train_segmentation(pool, minutes: float, rng, duration: float, init: pathlib.Path | None, batch: int = 16,
+                       architecture: dict | None = None):
     from pyannote.audio.utils.powerset import Powerset
 
     from batch_assets.models import tiny_segmentation as ts
 
-    model = ts.build_segmentation(duration)
+    model = ts.build_segmentation(duration, architecture)
     if init is not None and init.exists():
         state = torch.load(init, map_location="cpu", weights_only=False)["state_dict"]
         model.load_state_dict(state)
@@ -234,7 +242,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS)
     parser.add_argument("--init-segmentation", type=pathlib.Path, help="start the segmentation model from this checkpoint")
+    parser.add_argument("--production-shaped-segmentation", action="store_true",
+                        help="train only segmentation-3.0-shaped (10 s chunks) with the shipped embedding and PLDA")
     args = parser.parse_args()
+    if args.production_shaped_segmentation:
+        from batch_assets.models.production_shaped import SEGMENTATION_CHUNK_S
+        args.duration = SEGMENTATION_CHUNK_S
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
@@ -251,20 +264,30 @@ def main() -> None:
     report["synthesis_s"] = time.time() - started
     print(f"{len(speakers)} speakers, {sum(map(len, pool.values()))} utterances in {report['synthesis_s']:.0f} s", flush=True)
 
-    embedding, steps = train_embedding(train_pool, train_names, args.embedding_minutes, rng)
-    test_clips = [(n, c) for n in held for c in pool[n][:8]]
-    report["embedding"] = {"steps": steps, "parameters": sum(p.numel() for p in embedding.parameters()),
-                           "eer_held_out_speakers": equal_error_rate(embed(embedding, [c for _, c in test_clips]),
-                                                                     np.array([n for n, _ in test_clips]))}
-    print(json.dumps(report["embedding"]), flush=True)
-
-    train_clips = [(n, c) for n in train_names for c in pool[n]]
     work = pathlib.Path(tempfile.mkdtemp(prefix="tiny-diarization-"))
-    fit_plda(embed(embedding, [c for _, c in train_clips]), np.array([n for n, _ in train_clips]), 32, work / "plda")
+    architecture = None
+    if args.production_shaped_segmentation:
+        from pyannote.audio import Model
+
+        from batch_assets.models.builtin import EMBEDDING_WEIGHTS, PLDA_DIR
+        from batch_assets.models.production_shaped import SEGMENTATION_ARCHITECTURE
+
+        embedding, architecture = Model.from_pretrained(EMBEDDING_WEIGHTS).eval(), SEGMENTATION_ARCHITECTURE
+        shutil.copytree(PLDA_DIR, work / "plda")
+    else:
+        embedding, steps = train_embedding(train_pool, train_names, args.embedding_minutes, rng)
+        test_clips = [(n, c) for n in held for c in pool[n][:8]]
+        report["embedding"] = {"steps": steps, "parameters": sum(p.numel() for p in embedding.parameters()),
+                               "eer_held_out_speakers": equal_error_rate(embed(embedding, [c for _, c in test_clips]),
+                                                                         np.array([n for n, _ in test_clips]))}
+        print(json.dumps(report["embedding"]), flush=True)
+        train_clips = [(n, c) for n in train_names for c in pool[n]]
+        fit_plda(embed(embedding, [c for _, c in train_clips]), np.array([n for n, _ in train_clips]), 32, work / "plda")
 
     init = args.init_segmentation
     seg_started = time.time()
-    segmentation, steps = train_segmentation(train_pool, args.segmentation_minutes, rng, args.duration, init)
+    segmentation, steps = train_segmentation(train_pool, args.segmentation_minutes, rng, args.duration, init,
+                                             architecture=architecture)
     report["segmentation"] = {"steps": steps, "minutes": (time.time() - seg_started) / 60, "chunk_s": args.duration,
                               "parameters": sum(p.numel() for p in segmentation.parameters())}
 
@@ -291,6 +314,13 @@ def main() -> None:
     report["total_minutes"] = (time.time() - started) / 60
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.production_shaped_segmentation:
+        from batch_assets.models.production_shaped import SEGMENTATION_REPORT, SEGMENTATION_WEIGHTS
+
+        shutil.copyfile(work / "pipeline" / "segmentation" / "pytorch_model.bin", args.out / SEGMENTATION_WEIGHTS.name)
+        (args.out / SEGMENTATION_REPORT.name).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+        return
     shutil.copyfile(work / "pipeline" / "segmentation" / "pytorch_model.bin", args.out / "segmentation.bin")
     shutil.copyfile(work / "pipeline" / "embedding" / "pytorch_model.bin", args.out / "embedding.bin")
     shutil.copytree(work / "plda", args.out / "plda", dirs_exist_ok=True)
