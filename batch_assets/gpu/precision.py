@@ -7,6 +7,7 @@ the ASR encoder (its range; on CUDA where the device supports bf16, on CPUs with
 instructions), float16 for the embedding trunk on CUDA (a ResNet: cuDNN's fastest half type), bfloat16 on CPU.
 Everything else (feature extraction, the TDT decoder and joint, statistics pooling and the embedding head,
 segmentation, clustering) stays in float32: the encoder's and the trunk's outputs are cast back to float32.
+The trunk is the shared trunk's `forward_frames` (lever 4); the stock embedding path stays float32.
 """
 
 from __future__ import annotations
