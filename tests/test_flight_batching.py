@@ -213,24 +213,26 @@ def test_lever_6_a_device_side_failure_still_commits_the_flight_handed_over(tiny
 # -- half precision --------------------------------------------------------------------------------
 @pytest.mark.skipif(not cpu_supports_bf16(), reason="this CPU has no bfloat16 instructions: half precision stays float32")
 def test_half_precision_runs_the_asr_encoder_in_bf16_and_hands_float32_on(tiny, units):
+    """Through the section's own ASR call (`transcribe_segments`): calling the shared model's encoder directly
+    would change NeMo's state for every later test in the session (measured: 308 of 383 words moved)."""
+    from batch_assets.gpu.asr import Segment, transcribe_segments
+
     asr = tiny.asr
     seen: list[torch.dtype] = []
     linear = next(m for m in asr.encoder.modules() if isinstance(m, torch.nn.Linear))
     handle = linear.register_forward_hook(lambda _m, _a, out: seen.append(out.dtype))
-    outputs = []
+    words = {}
     try:
-        signal = torch.from_numpy(units["u-mid"][None].copy())
-        length = torch.tensor([signal.shape[1]])
-        with torch.inference_mode():
-            features, feature_length = asr.preprocessor(input_signal=signal, length=length)
-            for enabled in (False, True):
-                with asr_encoder_autocast(asr, CPU, enabled):
-                    outputs.append(asr.encoder(audio_signal=features, length=feature_length)[0])
+        for enabled in (False, True):
+            seen.clear()
+            with asr_encoder_autocast(asr, CPU, enabled):
+                words[enabled] = transcribe_segments(asr, {"u": units["u-mid"]}, [Segment("u", 0.0, 27.0)], batch_size=1)
+            assert set(seen) == ({torch.bfloat16} if enabled else {torch.float32})
     finally:
         handle.remove()
-    assert torch.float32 in seen and torch.bfloat16 in seen
-    assert seen.index(torch.bfloat16) > 0 and all(o.dtype == torch.float32 for o in outputs)  # cast back for the decoder
-    assert not torch.equal(outputs[0], outputs[1])  # it really ran at another precision
+    assert words[False] and words[True]  # the decoder and joint took the encoder's output: it was cast back to float32
+    seen.clear()
+    assert transcribe_segments(asr, {"u": units["u-mid"]}, [Segment("u", 0.0, 27.0)], batch_size=1) == words[False]
 
 
 @pytest.mark.skipif(not cpu_supports_bf16(), reason="this CPU has no bfloat16 instructions: half precision stays float32")
