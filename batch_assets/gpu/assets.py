@@ -45,6 +45,7 @@ from batch_assets.gpu.resume import (
     shard_mapping_key,
 )
 from batch_assets.gpu.shards import plan_shards
+from batch_assets.gpu.stop_requests import StopRequests, stop_requests
 from batch_assets.gpu.tables import (
     TABLE_SCHEMAS,
     keep_other_units,
@@ -279,6 +280,12 @@ def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.
 )
 def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
               shard: dict) -> dict:
+    with stop_requests() as stops:  # a stop signal Dagster's interrupt missed still stops the step, at a safe point
+        return _run_shard(context, config, storage, gpu, shard, stops)
+
+
+def _run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
+               shard: dict, stops: StopRequests) -> dict:
     record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard["partition"], root_run_id(context)
     lease = partition_lease(context, storage, partition)
@@ -299,17 +306,20 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
                   "resumed_flights": [f for f in owned if f not in problems]}
         log_resume(context, shard, report, problems, root, executing)
         return report | process_flights(context, config, storage, gpu, lease, commits, shard["units"], planned,
-                                        [f for f in owned if f in problems])
+                                        [f for f in owned if f in problems], stops)
 
 
 def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
-                    units: list[str] | None, planned: dict[str, PlannedFlight], pending: list[str]) -> dict:
-    """Run `pending` flights through the locked section, committing each; the report's processing part.
+                    units: list[str] | None, planned: dict[str, PlannedFlight], pending: list[str],
+                    stops: StopRequests) -> dict:
+    """Run `pending` flights through the locked section, committing each; the report's processing part. A stop
+    signal (`stops`) stops it before the model load, after it and before each flight.
 
     A decoder in the wrong mode quarantines this worker: the step fails, not retried, and frees the lease. A
     device fault quarantines it too, but the step is retried (in a fresh process) and keeps the lease and the
     flights committed so far.
     """
+    stops.checkpoint()  # before the imports below (NeMo: seconds)
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.faults import DeviceFault
@@ -330,6 +340,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         units_by_flight[row["flight_id"]].append(
             row | {"speaker_hints": unit_hints_ if row.get("window") is None else window_hints(unit_hints_)})
     models = gpu.load(context.log)
+    stops.checkpoint()
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
     try:
@@ -337,7 +348,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
             models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
             load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, planned[flight_id].num_units),
             commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
-            section=gpu.section(),
+            section=gpu.section(), checkpoint=stops.checkpoint,
         )
     except DeviceFault as error:
         quarantine(str(error))
@@ -423,22 +434,11 @@ def log_resume(context, shard: dict, report: dict, problems: dict[str, str], roo
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
                         gpu: GpuResource, reports: list):
-    record_process_identity(context)
     partitions = list(context.partition_keys)
-    for partition in partitions:
-        mine = sorted((r for r in reports if r["partition"] == partition), key=lambda r: r["shard"])
-        lease = partition_lease(context, storage, partition)
-        # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
-        with lease_lost_fails(), lease.held(log=context.log.warning, release_on_error=False):
-            try:
-                metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, len(partitions))
-            except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
-                # the output storage refuses the write (a policy, a path taken by a file): waiting cannot fix it
-                raise dg.Failure(f"{partition}: the output storage refused a write ({error}): fix BATCH_ASSETS_STORAGE_URL "
-                                 "or its permissions, then re-execute from failure (committed GPU work is kept)",
-                                 allow_retries=False) from error
-            for asset, values in metadata.items():
-                context.add_asset_metadata(values, asset_key=asset, partition_key=partition)
+    with stop_requests() as stops:  # as in gpu_shard: it may process flights too
+        record_process_identity(context)
+        for partition in partitions:
+            _assemble_one(context, config, storage, gpu, reports, partition, len(partitions), stops)
     try:  # housekeeping: never fails a step whose partitions are written
         removed = discard_run_values(storage, context.instance)
         context.log.info(f"removed the step values of {len(removed)} finished run(s) from {VALUES_FOLDER}/")
@@ -446,6 +446,23 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfi
         context.log.warning(f"could not remove old step values from {VALUES_FOLDER}/ ({type(error).__name__}: {error})")
     for asset in GPU_ASSET_KEYS:
         yield dg.Output(None, asset)
+
+
+def _assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource, gpu: GpuResource,
+                  reports: list, partition: str, partitions_in_run: int, stops: StopRequests) -> None:
+    mine = sorted((r for r in reports if r["partition"] == partition), key=lambda r: r["shard"])
+    lease = partition_lease(context, storage, partition)
+    # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
+    with lease_lost_fails(), lease.held(log=context.log.warning, release_on_error=False):
+        try:
+            metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run, stops)
+        except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
+            # the output storage refuses the write (a policy, a path taken by a file): waiting cannot fix it
+            raise dg.Failure(f"{partition}: the output storage refused a write ({error}): fix BATCH_ASSETS_STORAGE_URL "
+                             "or its permissions, then re-execute from failure (committed GPU work is kept)",
+                             allow_retries=False) from error
+        for asset, values in metadata.items():
+            context.add_asset_metadata(values, asset_key=asset, partition_key=partition)
 
 
 @dg.graph_multi_asset(
@@ -476,7 +493,8 @@ def gpu_section(prepared_flights, fetched_audio):
 
 
 def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
-                       gpu: GpuResource, lease, partition: str, reports: list[dict], partitions_in_run: int) -> dict[str, dict]:
+                       gpu: GpuResource, lease, partition: str, reports: list[dict], partitions_in_run: int,
+                       stops: StopRequests) -> dict[str, dict]:
     """Build and write one partition's tables from its commits; returns each asset's metadata.
 
     First, any flight of the current plan without a valid commit is processed here (`gpu/resume.py`: Dagster's
@@ -506,7 +524,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         reports = [*reports, {"partition": partition, "shard": "finish", "flights": list(problems), "units": units,
                               "audio_s": round(sum(by_id[f].audio_s for f in problems), 3),
                               "taken_over": list(problems), "resumed_flights": []}
-                   | process_flights(context, config, storage, gpu, lease, commits, units, by_id, list(problems))]
+                   | process_flights(context, config, storage, gpu, lease, commits, units, by_id, list(problems), stops)]
         problems = commits.problems({f: fingerprints[f] for f in problems})  # only those just processed
     if problems:
         shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])

@@ -87,8 +87,10 @@ def run_section(
     load: Callable[[str], np.ndarray],
     commit: Callable[[str, list[UnitOutcome]], object],
     section: ContextManager[float] | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> SectionReport:
     """Process `flights` in order inside `section` (a device lock yielding its wait); `commit` each flight's outcomes.
+    `checkpoint` is called before each flight's device work: it raises to stop there (a stop signal, `stop_requests`).
 
     A flight's device work runs inside the section; its host work and commit run there too, or, with lever 6, on
     one background thread, overlapped with the next flight's device work (at most one flight waits for it), the
@@ -123,6 +125,7 @@ def run_section(
             models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings,
                                                          models.word_confidence)
             for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
+                checkpoint()
                 done = device_work(models, flight_id, audio, work[flight_id].units, levers, stats)
                 del audio
                 host.submit(finish, done)
