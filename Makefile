@@ -1,21 +1,29 @@
 # Two commands do everything on a fresh machine:
 #   make run    set up, then materialize all six assets for the sample partition and print a summary
-#   make test   set up, then run the test suite (what CI runs)
+#   make test   set up, then lint and run the whole test suite (what CI runs)
+# and while changing code: make test-fast (lint, then the unit and component tests: no end-to-end runs)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup run test dev sample-data train-asr train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
 setup:
 	@bash scripts/install.sh
 
 run: setup
 	$(PY) -m batch_assets.cli run --partition $(PARTITION)
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# the tests marked neither e2e (the job, a server, a deployment) nor slow nor gpu (pyproject.toml: markers)
+test-fast: setup lint
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not e2e and not slow and not gpu"
 
 # dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli.py: dev)
 DEV_PORT ?= 3000

@@ -201,71 +201,6 @@ def export(partition: str, unit: str | None, format_: str, out: str) -> int:
     return 0
 
 
-def dev(host: str, port: int, grace_s: float = 10.0) -> int:
-    """`dagster dev` that stops, whole, on Ctrl-C or SIGTERM within `grace_s` + a few seconds.
-
-    Why a wrapper: started from a script or a background job, processes inherit SIGINT *ignored*, and then
-    neither Ctrl-C nor Dagster's own shutdown reaches `dagster dev`, whose webserver and daemon wait for ever
-    on its shutdown pipe. Here dagster dev runs in a session of its own with default signal dispositions;
-    SIGINT, SIGTERM or SIGHUP to this process become one SIGINT to dagster dev (its clean shutdown), and
-    whatever of its process group is left after `grace_s` is killed.
-    """
-    import signal
-    import subprocess
-
-    def defaults() -> None:
-        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-
-    os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
-    proc = subprocess.Popen([sys.executable, "-m", "dagster", "dev", "-h", host, "-p", str(port)],
-                            start_new_session=True, preexec_fn=defaults)
-    # A plain flag, not a threading.Event: setting an Event from a signal handler can deadlock on the lock
-    # that the interrupted Event.wait() holds.
-    stop: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: stop.append(signum))
-    while proc.poll() is None and not stop:
-        time.sleep(0.2)
-    if proc.poll() is None:
-        print("batch-assets dev: stopping dagster dev", file=sys.stderr)
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            print(f"batch-assets dev: still running after {grace_s:.0f} s: killing it", file=sys.stderr)
-    try:  # code servers and anything else dagster dev left in its group
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    return 0 if stop else proc.returncode
-
-
-def _folder_bytes(path) -> int:
-    return sum(p.stat().st_size for p in pathlib.Path(path).rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def fetch_models() -> int:
-    """Load the configured models once (BATCH_ASSETS_ASR_MODEL, BATCH_ASSETS_DIARIZATION_PIPELINE; CPU), which fills
-    the caches the step pods read: the Hugging Face hub cache (HF_HOME: parakeet's .nemo, community-1's files) and
-    the builtin models' cache (BATCH_ASSETS_MODEL_CACHE); prints each cache and its size."""
-    import torch
-    from huggingface_hub import constants
-
-    from batch_assets.gpu.loaded import load_models
-    from batch_assets.models.builtin import cache_root
-    from batch_assets.settings import env_str
-
-    asr = env_str("BATCH_ASSETS_ASR_MODEL", TINY_TDT)
-    pipeline = env_str("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION)
-    loaded = load_models(asr, pipeline, torch.device("cpu"))
-    print(f"batch-assets: loaded {asr} and {pipeline} in {loaded.load_seconds:.1f} s")
-    for name, path in (("HF_HOME hub cache", constants.HF_HUB_CACHE), ("BATCH_ASSETS_MODEL_CACHE", cache_root())):
-        print(f"batch-assets: {name}: {path}: {_folder_bytes(path) / 2**20:.1f} MiB")
-    return 0
-
-
 # `run` flags that set a variable the resources read (README: Configuration): flag, variable, default, what
 RUN_SETTINGS = (
     ("--source", "BATCH_ASSETS_SOURCE_URL", "the bundled sample_data/audio", "root of the audio: a folder or s3://bucket/prefix"),
@@ -328,8 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     models_parser.add_argument("action", choices=["fetch"], help="fetch: load the configured models once, filling the caches")
     args = parser.parse_args(argv)
     if args.command == "models":
+        from batch_assets.models_fetch import fetch_models
+
         return fetch_models()
     if args.command == "dev":
+        from batch_assets.dev_server import dev
+
         return dev(args.host, args.port)
     if args.command == "show":
         return show(args.partition, args.unit)

@@ -4,6 +4,8 @@ NeMo and pyannote are imported only when the GPU step runs, so loading this modu
 webserver, the daemon and every step process do) takes a couple of seconds.
 """
 
+from collections.abc import Callable
+
 import dagster as dg
 
 from batch_assets.dead_runs import free_dead_runs_sensor
@@ -12,11 +14,11 @@ from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
-from batch_assets.io_manager import StorageJsonIOManager
 from batch_assets.gpu.resources import GpuResource
+from batch_assets.io_manager import StorageJsonIOManager
 from batch_assets.jobs import all_assets, transcribe_partition_job
-from batch_assets.schedules import daily_transcription_schedule
 from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+from batch_assets.schedules import daily_transcription_schedule
 from batch_assets.settings import env_bool, env_int, env_or, env_str
 from batch_assets.storage import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL, StorageResource
 
@@ -24,14 +26,24 @@ TORCH_THREADS = env_int("BATCH_ASSETS_TORCH_THREADS", 0, minimum=0, maximum=1024
 WORD_CONFIDENCE = env_bool("BATCH_ASSETS_WORD_CONFIDENCE", True)
 
 
+# StorageResource's fields, the variables each comes from (the first one set wins) and its default (README: Configuration)
+STORAGE_VARIABLES = {"source_url": (("BATCH_ASSETS_SOURCE_URL",), DEFAULT_SOURCE_URL),
+                     "storage_url": (("BATCH_ASSETS_STORAGE_URL",), DEFAULT_STORAGE_URL),
+                     "s3_endpoint_url": (("BATCH_ASSETS_S3_ENDPOINT_URL",), None),
+                     "s3_region": (("AWS_REGION", "AWS_DEFAULT_REGION"), None)}
+
+
+def _storage(value: Callable[[str, None], object]) -> StorageResource:
+    """The storage resource, each field from `value(variable, None)` (`env_or`: a `dg.EnvVar`; `env_str`: the value)."""
+    fields = {}
+    for field, (variables, default) in STORAGE_VARIABLES.items():
+        fields[field] = next((v for v in (value(variable, None) for variable in variables) if v is not None), default)
+    return StorageResource(**fields)
+
+
 def build_resources() -> dict[str, dg.ConfigurableResource]:
     """Every resource, from the environment, in one place (strings as `dg.EnvVar` when set; README: Configuration)."""
-    storage = StorageResource(
-        source_url=env_or("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
-        storage_url=env_or("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
-        s3_endpoint_url=env_or("BATCH_ASSETS_S3_ENDPOINT_URL", None),
-        s3_region=env_or("AWS_REGION", None) or env_or("AWS_DEFAULT_REGION", None),
-    )
+    storage = _storage(env_or)
     return {
         "storage": storage,
         GPU_IO: StorageJsonIOManager(storage=storage),
@@ -49,10 +61,7 @@ def build_resources() -> dict[str, dg.ConfigurableResource]:
 
 def storage_from_env() -> StorageResource:
     """The storage resource with its environment values resolved (for the CLI, outside a run)."""
-    return StorageResource(source_url=env_str("BATCH_ASSETS_SOURCE_URL", DEFAULT_SOURCE_URL),
-                           storage_url=env_str("BATCH_ASSETS_STORAGE_URL", DEFAULT_STORAGE_URL),
-                           s3_endpoint_url=env_str("BATCH_ASSETS_S3_ENDPOINT_URL"),
-                           s3_region=env_str("AWS_REGION") or env_str("AWS_DEFAULT_REGION"))
+    return _storage(env_str)
 
 
 defs = dg.Definitions(

@@ -6,17 +6,16 @@ step (the shards and the assembly) gets its own pod with the `dagster-k8s/config
 Dagster's default multiprocess executor, which is what `dagster dev` and the tests use. dagster-k8s is imported only when selected.
 """
 
-import os
+from collections.abc import Mapping
 
 import dagster as dg
 
+from batch_assets.settings import env_choice
 
-def executor_from_env(environ=os.environ) -> dg.ExecutorDefinition | None:
-    choice = environ.get("BATCH_ASSETS_EXECUTOR", "").strip().lower()
-    if choice in ("", "multiprocess"):
+
+def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDefinition | None:
+    if env_choice("BATCH_ASSETS_EXECUTOR", "multiprocess", ("k8s", "multiprocess"), environ) == "multiprocess":
         return None  # Dagster's default
-    if choice == "k8s":
-        from dagster_k8s import k8s_job_executor
+    from dagster_k8s import k8s_job_executor
 
-        return k8s_job_executor
-    raise ValueError(f"BATCH_ASSETS_EXECUTOR={choice!r}: use 'k8s' or 'multiprocess'")
+    return k8s_job_executor

@@ -1,8 +1,8 @@
 """Small values passed between the steps of a run (shard specs, shard reports) as JSON in the output storage.
 
 Why not Dagster's default: on Kubernetes each step runs in its own pod, so step outputs must live where
-every pod can read them; the project's storage (local or S3) already is. Values are small dicts; audio and
-tables never travel this way. Files go under `{storage}/.dagster-io/{run_id}/{step}/{output}[/{mapping_key}].json`.
+every pod can read them; the project's storage (local or S3) already is. Values are small: the typed shard
+specs and reports of `gpu/shard_values.py`, tagged with their type; audio and tables never travel this way. Files go under `{storage}/.dagster-io/{run_id}/{step}/{output}[/{mapping_key}].json`.
 
 A failed run keeps its values (a re-execution from failure loads them); once it, or a re-execution of it, has
 succeeded, its values are removed by the next assembly step of any run (`discard_run_values`: best effort, it
@@ -16,6 +16,7 @@ import posixpath
 
 import dagster as dg
 
+from batch_assets.gpu.shard_values import VALUE_TYPES, from_json, to_json
 from batch_assets.storage import StorageResource
 
 VALUES_FOLDER = ".dagster-io"
@@ -28,10 +29,14 @@ class StorageJsonIOManager(dg.ConfigurableIOManager):
         return self.storage.output_url(VALUES_FOLDER, *context.get_identifier()) + ".json"
 
     def handle_output(self, context: dg.OutputContext, obj) -> None:
-        self.storage.write_bytes(self._url(context), json.dumps(obj).encode())
+        self.storage.write_bytes(self._url(context), json.dumps(to_json(obj)).encode())
 
     def load_input(self, context: dg.InputContext):
-        return json.loads(self.storage.read_bytes(self._url(context.upstream_output)))
+        value = from_json(json.loads(self.storage.read_bytes(self._url(context.upstream_output))))
+        expected = getattr(context.dagster_type, "typing_type", None)
+        if isinstance(value, dict) and expected in VALUE_TYPES.values():  # written untagged, by an older deploy
+            return expected.of(value)
+        return value
 
 
 def discard_run_values(storage: StorageResource, instance: dg.DagsterInstance, recent: int = 1000) -> list[str]:

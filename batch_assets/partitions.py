@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import datetime
-import os
 import warnings
 
 import dagster as dg
 
-from batch_assets.settings import SettingError, env_int
+from batch_assets.settings import env_day, env_int
 
 PARTITION_FORMAT = "%Y-%m-%d"
 SAMPLE_PARTITION = "2026-01-15"
 
 
-def _start_date(name: str = "BATCH_ASSETS_PARTITIONS_START", default: str = "2026-01-01") -> str:
-    raw = (os.environ.get(name) or "").strip() or default
-    try:
-        datetime.datetime.strptime(raw, PARTITION_FORMAT)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not a day: use YYYY-MM-DD (e.g. {default})") from None
-    return raw
-
-
-PARTITIONS_START_DATE = _start_date()
+PARTITIONS_START_DATE = env_day("BATCH_ASSETS_PARTITIONS_START", "2026-01-01")
 daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE, timezone="UTC")
 
 # A backfill hands each run up to this many consecutive partitions: the GPU step loads its models once per

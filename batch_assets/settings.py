@@ -1,9 +1,11 @@
-"""One strict parser for the settings read from environment variables, and the resources' env sources.
+"""One strict parser for every setting read from an environment variable, and the resources' env sources.
 
-Every integer, fraction and boolean setting is read once, when the code location loads, and a value that
-does not parse, or lies outside the accepted range, stops the load with an error that names the variable,
-what it held and what it accepts: a typo in a deployment must never silently mean something else (`0`
-runs per backfill, `yes` for a schedule that then stays off). String settings of resources (URLs, model
+Every variable the code reads goes through a parser here: integers, fractions, booleans, days, choices and
+strings. A value that does not parse, or lies outside the accepted range, raises an error that names the
+variable, what it held and what it accepts: a typo in a deployment must never silently mean something else
+(`0` runs per backfill, `yes` for a schedule that then stays off). The code location's settings are read once,
+when it loads (module constants and `definitions.build_resources`); two are read when a model loads, in the
+step that loads it: `BATCH_ASSETS_MODEL_CACHE` and `HF_TOKEN`. String settings of resources (URLs, model
 names, the device) become `dg.EnvVar`s when set (`env_or`), so the UI shows where a value came from and
 each run resolves it from its own environment; `batch_assets/definitions.py` builds every resource from
 them, in one place.
@@ -11,6 +13,7 @@ them, in one place.
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Mapping
 from typing import TypeVar
@@ -61,6 +64,26 @@ def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None)
     if value in ("true", "false"):
         return value == "true"
     raise SettingError(f"{name}={raw!r} is not a valid boolean: use 'true' or 'false'")
+
+
+def env_day(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """A day, YYYY-MM-DD; unset or empty means `default`."""
+    raw = _raw(name, environ) or default
+    try:
+        datetime.datetime.strptime(raw, "%Y-%m-%d")
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not a day: use YYYY-MM-DD (e.g. {default})") from None
+    return raw
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:
+    """One of `choices` (any case); unset or empty means `default`."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return default
+    if raw.lower() not in choices:
+        raise SettingError(f"{name}={raw!r} is not one of the choices: use {' or '.join(repr(c) for c in choices)}")
+    return raw.lower()
 
 
 def env_str(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:

@@ -26,6 +26,8 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets import published
+from batch_assets.fs_paths import fsync_folder, is_local, remove_path
+from batch_assets.partition_outputs import PartitionOutputs
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE_URL = str(REPO_ROOT / "sample_data" / "audio")  # the embedded default; deployments set the env
@@ -265,90 +267,3 @@ class StorageResource(dg.ConfigurableResource):
             outputs.remove_stale()
 
 
-class PartitionOutputs:
-    """The files one materialization writes under `{storage_url}/{asset}/{partition}/`."""
-
-    def __init__(self, storage: StorageResource, asset: str, partition: str, fence: Callable[[], None] = lambda: None):
-        self.storage, self.asset, self.partition, self.fence = storage, asset, partition, fence
-        self.written: set[str] = set()
-        # names this materialization's array folder: sortable by time, unique across writers
-        self.version = time.strftime("v%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-
-    def write_parquet(self, frame: pl.DataFrame, name: str) -> str:
-        self.fence()
-        return self._track(self.storage.write_published(frame, self.asset, self.partition, name))
-
-    def write_array(self, array: np.ndarray, name: str) -> str:
-        self.fence()
-        return self._track(self.storage.write_array(array, self.asset, self.partition, name))
-
-    def write_file(self, data: bytes, name: str) -> str:
-        """Any other file of the materialization (an export), written whole like a table."""
-        self.fence()
-        url = self.storage.output_url(self.asset, self.partition, name)
-        self.storage.write_bytes(url, data)
-        return self._track(url)
-
-    def keep(self, paths: list[str]) -> None:
-        """Count files another step wrote (filesystem paths) as this materialization's, so they are not removed."""
-        self.written.update(paths)
-
-    def _track(self, url: str) -> str:
-        self.written.add(self.storage.filesystem(url)[1])
-        return url
-
-    def remove_own_arrays(self) -> None:
-        """Remove the files this materialization wrote into its own version folder (nothing else had them)."""
-        fs, root = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))
-        for path in sorted(p for p in self.written if f"/{self.version}/" in p):
-            with contextlib.suppress(FileNotFoundError):
-                remove_path(fs, path)
-        if is_local(fs):
-            remove_empty_folders(root)
-
-    def remove_stale(self) -> list[str]:
-        self.fence()
-        fs, root = self.storage.filesystem(self.storage.output_url(self.asset, self.partition))
-        if not fs.exists(root):
-            return []
-        stale = [path for path in fs.find(root) if path not in self.written and ".tmp-" not in posixpath.basename(path)]
-        for path in stale:
-            remove_path(fs, path)
-        if is_local(fs):  # object stores have no folders; a local one keeps empty version folders unless removed
-            remove_empty_folders(root)
-        return stale
-
-
-def protocol(fs: fsspec.AbstractFileSystem) -> str:
-    """`fs`'s main protocol name ("file", "s3", ...)."""
-    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-
-
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether `fs` is the local filesystem (where folders, symlinks and permissions are real)."""
-    return protocol(fs) in ("file", "local")
-
-
-def fsync_folder(folder: str) -> None:
-    """Flush a local folder's entries (a new or renamed file in it) to disk."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def remove_path(fs: fsspec.AbstractFileSystem, path: str) -> None:
-    """Remove one file. Not `fs.rm`: it expands `[`, `]`, `*` and `?` in the path as a glob."""
-    if is_local(fs):
-        os.remove(path)
-    else:
-        fs.rm_file(path)
-
-
-def remove_empty_folders(root: str) -> None:
-    """Remove the empty folders under `root` (deepest first), e.g. array folders of replaced versions."""
-    for folder, _, _ in sorted(os.walk(root), key=lambda entry: entry[0].count(os.sep), reverse=True):
-        if folder != root:
-            with contextlib.suppress(OSError):  # not empty (or just written by a writer of another asset)
-                os.rmdir(folder)

@@ -12,9 +12,9 @@ NeMo's runtime `disable_cuda_graphs()`), each of which must be caught. Prints a 
 from __future__ import annotations
 
 import argparse
-import sys
 import copy
 import pathlib
+import sys
 import time
 
 import numpy as np

@@ -12,8 +12,8 @@ or polars needed, so it runs on a bare GPU machine with the model libraries carr
 from __future__ import annotations
 
 import argparse
-import sys
 import pathlib
+import sys
 import time
 
 import numpy as np
@@ -24,6 +24,7 @@ from batch_assets.audio.decode import to_target
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from report import cuda_peak_mib, emit  # noqa: E402
+
 VARIANTS = {  # (reuse segmentation, cuda graphs, shared embedding trunk)
     "all_on": (True, True, True),
     "reuse_off": (False, True, True),
@@ -71,7 +72,8 @@ def main() -> None:
     from batch_assets.gpu.asr import apply_decoder_mode
     from batch_assets.gpu.loaded import load_models
     from batch_assets.gpu.runner import Levers
-    from batch_assets.gpu.section import SectionStats, process_flight
+    from batch_assets.gpu.section import process_flight
+    from batch_assets.gpu.section_stats import SectionStats
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -40,7 +40,7 @@ import soundfile as sf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from batch_assets.switches import SWITCHES  # light: no model library
+from batch_assets.switches import SWITCHES  # noqa: E402 (after the path insert; light: no model library)
 
 PARTITION = "2026-04-01"
 MODELS = {

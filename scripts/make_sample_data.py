@@ -148,7 +148,7 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
 
 
 def check_vocabulary() -> None:
-    from batch_assets.training.corpus import outside_vocabulary
+    from batch_assets.models.sentences import outside_vocabulary
 
     dialogues = [*DIALOGUES.values(), *SECOND_DIALOGUES.values()]
     outside = sorted(outside_vocabulary(text for turns in dialogues for _, text in turns))

@@ -22,6 +22,17 @@ from batch_assets.storage import REPO_ROOT
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` need a CUDA device: skipped, saying so, where there is none."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_model_cache(tmp_path_factory) -> None:
     # A CI clone builds the builtin models once per session (seconds); a developer's cache is left alone.

@@ -28,4 +28,4 @@ def test_many_words_vectorised():
     # a word wholly inside one turn gets that turn's speaker
     inside = np.floor(starts) == np.floor(ends)
     expected = [f"S{int(np.floor(m)) % 3}" for m in mids]
-    assert all(a == b for a, b, ok in zip(labels, expected, inside) if ok)
+    assert all(a == b for a, b, ok in zip(labels, expected, inside, strict=True) if ok)

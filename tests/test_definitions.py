@@ -85,7 +85,7 @@ def test_bad_switch_value_stops_the_code_location_with_a_clear_error(variable):
 
 def test_switch_env_defaults_reach_run_config_defaults():
     probe = _python(
-        "from batch_assets.gpu.assets import GpuSectionConfig as C; c=C(); "
+        "from batch_assets.gpu.run_config import GpuSectionConfig as C; c=C(); "
         "print(c.prepare_flight_enabled, c.vad_segmentation_reuse_enabled, c.asr_cuda_graphs_enabled)",
         {"BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED": "FALSE"},
     )
@@ -133,6 +133,7 @@ def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, me
     assert message in probe.stderr
 
 
+@pytest.mark.slow
 def test_dagster_cli_asset_selection_works_beside_nemo():
     """`dagster asset list --select` parses with Dagster's ANTLR 4.13 grammar while NeMo's hydra loads (fix_antlr.py)."""
     dagster = pathlib.Path(sys.executable).parent / "dagster"

@@ -27,6 +27,8 @@ from . import deployments
 from .conftest import FLIGHTS_OF_ONE, SAMPLE_SOURCE, assert_same_results, tables_of
 from .s3_server import S3Server
 
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
+
 P, P2 = SAMPLE_PARTITION, "2026-01-16"
 SAMPLE = SAMPLE_SOURCE / P
 SHARDED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 90.0}}}}

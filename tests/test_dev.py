@@ -15,6 +15,8 @@ from batch_assets.storage import REPO_ROOT
 
 from .servers import free_port, wait_for_webserver
 
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
+
 
 def _alive(group: int) -> list[str]:
     """The live (not zombie) processes of a process group."""

@@ -11,14 +11,8 @@ import soundfile as sf
 import torch
 
 from batch_assets.gpu import pyannote_adapter as adapter
-from batch_assets.gpu.diarization import (
-    SHARED_TRUNK,
-    STOCK_SWITCHED_OFF,
-    DiarizationCall,
-    diarization_file,
-    diarize,
-    make_levered,
-)
+from batch_assets.gpu.diarization import DiarizationCall, diarization_file, diarize, make_levered
+from batch_assets.gpu.shared_trunk import SHARED_TRUNK, STOCK_SWITCHED_OFF
 from batch_assets.gpu.vad import as_pyannote_file
 from batch_assets.models import builtin
 from batch_assets.models.loaders import load_diarization_pipeline

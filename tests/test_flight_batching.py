@@ -21,7 +21,8 @@ from batch_assets.gpu.flight_batch import segment_files
 from batch_assets.gpu.precision import asr_encoder_autocast, cpu_supports_bf16
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.runner import FlightWork, Levers, run_section
-from batch_assets.gpu.section import HOST_THREAD, SectionStats, process_flight
+from batch_assets.gpu.section import process_flight
+from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
 from batch_assets.gpu.vad import as_pyannote_file, run_vad, run_vad_flight
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED

@@ -106,6 +106,7 @@ def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models
     assert all(w.score is None for w in plain) and all(0.0 <= w.score <= 1.0 for w in scored)
 
 
+@pytest.mark.e2e
 def test_decoder_changed_behind_the_sections_back_quarantines_the_worker(models, tmp_path, lock_dir):
     resources = make_resources(tmp_path, lock_dir)
     assert materialize_partition(resources).success  # graphs on (default): settings applied by this process

@@ -124,6 +124,7 @@ def test_every_gpu_step_pod_mounts_the_model_cache_the_loaders_read():
         assert env["HF_HUB_OFFLINE"] == "1"  # a missing model fails at once instead of downloading in every pod
 
 
+@pytest.mark.slow
 def test_models_fetch_fills_the_cache_and_says_how_large_it_is(tmp_path):
     import os
     import subprocess

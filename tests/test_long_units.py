@@ -90,7 +90,7 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
     two units processed whole: every number below follows from the cores, by hand."""
     from batch_assets.gpu import tables
     from batch_assets.ingest.prepare import PLAN_SCHEMA
-    from batch_assets.windows import stitch
+    from batch_assets.stitching import stitch
 
     a, b = np.eye(4)[0], np.eye(4)[1]  # two voices' centroids
     whole = {"unit_id": "s", "flight_id": "f0"}
@@ -186,7 +186,7 @@ def _two_windows(first: str) -> tuple[dict, pl.DataFrame]:
 
 
 def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_the_window():
-    from batch_assets.windows import stitch
+    from batch_assets.stitching import stitch
 
     def stitched(first: str) -> dict:
         fragments, plan = _two_windows(first)
@@ -290,6 +290,7 @@ def windowed_run(tmp_path_factory, lock_dir, long_source):
     return resources["storage"]
 
 
+@pytest.mark.e2e
 def test_a_unit_longer_than_the_window_keeps_one_label_per_voice(windowed_run, long_source):
     storage, turns = windowed_run, long_source[1]
     plan = storage.read_parquet("prepared_flights", LONG_DAY, "plan").filter(pl.col("unit_id") == LONG_ID)
@@ -326,6 +327,7 @@ def test_a_unit_longer_than_the_window_keeps_one_label_per_voice(windowed_run, l
     assert vad["num_chunks"] == int(np.ceil((units["duration_s"] - vad["chunk_duration_s"]) / vad["chunk_step_s"])) + 1
 
 
+@pytest.mark.e2e
 def test_units_shorter_than_the_window_get_the_rows_they_always_got(windowed_run, flights_of_one):
     """Beside a windowed unit, the short units' rows in all seven tables are exactly the sample run's with the same
     flights (a unit in a flight of its own: a windowed unit flies alone, so its neighbours do too here; which units
@@ -339,6 +341,7 @@ def test_units_shorter_than_the_window_get_the_rows_they_always_got(windowed_run
         assert len(a) and a.equals(b), key
 
 
+@pytest.mark.e2e
 def test_a_kill_mid_unit_resumes_from_the_last_committed_window(tmp_path_factory, long_source, windowed_run):
     deployment = deployments.local(tmp_path_factory.mktemp("long-kill"), long_source[0])
     work = deployment.storage.filesystem(deployment.storage.url(f"gpu_work/{LONG_DAY}"))[1]
@@ -362,6 +365,7 @@ def test_a_kill_mid_unit_resumes_from_the_last_committed_window(tmp_path_factory
     print(f"killed after {len(windows_done)} of 4 windows committed; re-executed in {answer['wall_s']:.1f} s")
 
 
+@pytest.mark.e2e
 def test_rerunning_a_windowed_unit_gives_its_rows_again_and_keeps_the_others(windowed_run, lock_dir):
     """An analyst's `units` rerun of the long unit: its windows are processed again and stitched into the same rows;
     the other units' rows are kept as they were (runs last here: it rewrites the shared run's tables)."""

@@ -7,6 +7,7 @@ import json
 import jiwer
 import numpy as np
 import polars as pl
+import pytest
 from scipy.optimize import linear_sum_assignment
 
 from batch_assets.partitions import SAMPLE_PARTITION
@@ -29,7 +30,7 @@ REPORT = json.loads((REPO_ROOT / "batch_assets" / "models" / "weights" / "tiny-t
 
 def test_sample_is_written_in_the_models_vocabulary_but_not_in_its_sentences():
     """The sample partition is a fair test: every word was trained on, no sentence was."""
-    from batch_assets.training.corpus import make_sentences, outside_vocabulary
+    from batch_assets.models.sentences import make_sentences, outside_vocabulary
     from batch_assets.training.grammar import make_grammar_sentences
 
     sentences = [t["text"] for truth in TRUTH.values() for t in truth["turns"]]
@@ -44,6 +45,7 @@ def test_sample_is_written_in_the_models_vocabulary_but_not_in_its_sentences():
     assert not set(sentences) & set(trained)
 
 
+@pytest.mark.e2e
 def test_words_match_the_ground_truth(sample_run):
     _, storage = sample_run
     units = storage.read_parquet("transcripts", SAMPLE_PARTITION, "units")
@@ -59,6 +61,7 @@ def test_words_match_the_ground_truth(sample_run):
     assert error <= SAMPLE_WER_BAR
 
 
+@pytest.mark.e2e
 def test_speakers_match_the_ground_truth(sample_run):
     _, storage = sample_run
     words = storage.read_parquet("transcripts", SAMPLE_PARTITION, "words")

@@ -46,6 +46,7 @@ def _freeze(client, partition: str) -> None:
                            StorageClass="GLACIER", MetadataDirective="COPY")
 
 
+@pytest.mark.e2e
 def test_a_bucket_that_lists_but_will_not_serve_keeps_the_day(tmp_path, lock_dir):
     """Finding 1 (and 4 on S3: `call::1.wav` is a key, not a URL chain). Before: both units fetch_failed, exit 0,
     185 words replaced by 0. Now the degrade guard refuses, byte for byte; `allow_degrade` forces it."""
@@ -122,9 +123,11 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
     import torch
 
     from batch_assets.gpu import pyannote_adapter
+    from batch_assets.gpu.asr import apply_decoder_mode
     from batch_assets.gpu.faults import DeviceFault
     from batch_assets.gpu.runner import Levers
-    from batch_assets.gpu.section import SectionStats, process_flight
+    from batch_assets.gpu.section import process_flight
+    from batch_assets.gpu.section_stats import SectionStats
 
     error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB") if fault == "oom" else fault
 
@@ -133,6 +136,9 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
             raise error
 
     audio, units = _flight()
+    # the decoder mode these levers ask for, as `run_section` applies it before its flights (the models are this
+    # process's shared ones: another test may have left the decoder in another mode)
+    loaded.decoder_settings = apply_decoder_mode(loaded.asr, Levers().asr_cuda_graphs_enabled, None, loaded.word_confidence)
     model = pyannote_adapter.segmentation_inference(loaded.diarization).model
     handle = model.register_forward_pre_hook(inject)
     try:
@@ -163,6 +169,7 @@ def _run_with_a_broken_gpu(storage_root: str, source: str, lock_dir: str, answer
                  "restarts": sum(e.event_type_value == "STEP_RESTARTED" for e in result.all_events)})
 
 
+@pytest.mark.e2e
 def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp_path, lock_dir):
     """Finding 2, end to end: the first flight (silent: no ASR) commits, the second hits the broken GPU."""
     source = tmp_path / "source" / COLD_DAY
@@ -197,6 +204,7 @@ def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp
 
 # -- unit identity ----------------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_two_long_keys_sharing_their_first_200_characters_get_two_units(tmp_path, lock_dir):
     """Finding 3. Before: one unit_id for both (slug cut at 200), one file's transcript on both rows, the other never
     decoded. Now: a slug cut to fit plus a hash of the full key, for every key; both units decode their own audio."""
@@ -228,6 +236,7 @@ def test_control_and_separator_characters_are_refused_with_a_reason(char):
     assert problem and f"U+{ord(char):04X}" in problem and char not in problem  # named, and escaped in the reason
 
 
+@pytest.mark.e2e
 def test_skipped_keys_are_logged_escaped(tmp_path, lock_dir):
     """Finding 7: a newline in a key injected a log line."""
     day = tmp_path / "source" / COLD_DAY
@@ -245,6 +254,7 @@ def test_skipped_keys_are_logged_escaped(tmp_path, lock_dir):
 
 # -- every read is the read that was listed ---------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_a_file_swapped_after_listing_is_not_decoded(tmp_path, lock_dir):
     """Findings 4 and 5. Before: `call::1.wav` decoded its sibling `call`; a file swapped for a symlink out of the
     partition, or for other audio, between `fetched_audio` and `prepared_flights` was decoded silently."""
@@ -443,6 +453,7 @@ def test_decoding_holds_about_the_decoded_mono_audio(tmp_path):
     assert np.array_equal(decoded, to_target(samples, rate))
 
 
+@pytest.mark.e2e
 def test_a_local_name_that_is_not_utf8_is_refused_and_the_manifest_written(tmp_path, lock_dir):
     """A file name with bytes that are not UTF-8 is `rejected_key` (the reason names them), and the manifest, which
     must hold its key, is still written."""

@@ -14,7 +14,7 @@ from batch_assets.schedules import SCHEDULE_HOUR_UTC
 from .conftest import make_resources
 from .partition_sources import make_source
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 @pytest.mark.parametrize(
@@ -48,9 +48,9 @@ def test_asset_job_covers_the_six_assets_and_their_checks_with_retries():
         assert any(op.retry_policy is not None for op in ops)
 
 
+@pytest.mark.e2e
 def test_one_run_carries_several_partitions_each_with_its_own_materialization(tmp_path, lock_dir):
     from batch_assets.definitions import all_assets, transcripts_checks
-
     from batch_assets.gpu.resources import GpuResource, model_loads
 
     layout = {"2026-02-01": ["meetings/planning.mp3"], "2026-02-02": ["silence/empty_room.wav", "calls/2026/support_call.flac"]}
@@ -90,6 +90,7 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
     assert all(per_partition.values())
 
 
+@pytest.mark.e2e
 def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
     from batch_assets.definitions import all_assets
 

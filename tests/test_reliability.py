@@ -76,6 +76,7 @@ def guarded(tmp_path_factory, lock_dir):
     return root, source, resources, declared
 
 
+@pytest.mark.e2e
 def test_a_truncated_flac_is_flagged_with_how_much_decoded(guarded):
     _, _, resources, declared = guarded
     units = resources["storage"].read_parquet("transcripts", PARTITION, "units")
@@ -88,6 +89,7 @@ def test_a_truncated_flac_is_flagged_with_how_much_decoded(guarded):
     print(f"truncated flac: {row['reason']}")
 
 
+@pytest.mark.e2e
 def test_a_missing_source_root_fails_at_once_and_keeps_everything(guarded, tmp_path):
     root, _, resources, _ = guarded
     before = _files(root / "storage")
@@ -99,6 +101,7 @@ def test_a_missing_source_root_fails_at_once_and_keeps_everything(guarded, tmp_p
     assert _files(root / "storage") == before
 
 
+@pytest.mark.e2e
 def test_an_emptied_source_is_refused_and_keeps_the_tables_and_arrays(guarded):
     root, source, resources, _ = guarded
     before = _files(root / "storage")
@@ -120,6 +123,7 @@ def test_an_emptied_source_is_refused_and_keeps_the_tables_and_arrays(guarded):
     assert not restarts  # a refusal is not retried
 
 
+@pytest.mark.e2e
 def test_allow_shrink_replaces_the_partition(guarded, tmp_path):
     root, source, resources, _ = guarded
     shrunk = make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]})
@@ -133,6 +137,7 @@ def test_allow_shrink_replaces_the_partition(guarded, tmp_path):
     assert len(list(audio.iterdir())) == 1  # the replaced version's folder is gone, not left empty
 
 
+@pytest.mark.e2e
 def test_a_first_time_empty_day_materializes_with_a_warning_and_no_model_load(guarded, lock_dir):
     _, source, resources, _ = guarded
     # models this process has not loaded (a batch size of their own): a load would be counted
@@ -181,6 +186,7 @@ def test_permanent_read_errors_are_not_retried():
     assert len(calls) == 1
 
 
+@pytest.mark.e2e
 def test_read_only_storage_fails_in_seconds_without_loading_models_or_fetching(tmp_path, lock_dir):
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="readonly")
@@ -246,6 +252,7 @@ def _wait_for(log: pathlib.Path, text: str, proc: subprocess.Popen, timeout: flo
         time.sleep(0.2)
 
 
+@pytest.mark.e2e
 def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     first = _start_cli(env, tmp_path / "first.log")
@@ -312,6 +319,7 @@ def test_run_flags_name_their_variables_and_a_backwards_range_is_refused(tmp_pat
         assert not instance.get_runs()  # nothing launched
 
 
+@pytest.mark.e2e
 def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:  # a live holder: another machine's run
@@ -331,6 +339,7 @@ def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
 
 
+@pytest.mark.e2e
 def test_sigterm_in_the_gpu_step_fails_the_run_and_frees_its_slot(tmp_path):
     """What an evicted pod's processes get: SIGTERM during the GPU step; the run must end failed, holding nothing."""
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))

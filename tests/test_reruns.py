@@ -22,6 +22,8 @@ from batch_assets.storage import StorageResource
 
 from .conftest import make_resources
 
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
+
 P = SAMPLE_PARTITION
 RERUN_KEY = "meetings/planning.mp3"
 

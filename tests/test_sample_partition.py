@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import polars as pl
+import pytest
 
 from batch_assets.gpu.tables import (
     REGIONS_SCHEMA,
@@ -22,6 +23,8 @@ from batch_assets.results import ResultClass
 from batch_assets.storage import REPO_ROOT
 
 from .conftest import SAMPLE_SOURCE
+
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 
 P = SAMPLE_PARTITION
 TRUTH = json.loads((REPO_ROOT / "sample_data" / "truth" / f"{P}.json").read_text())

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 
 def _metadata(dagster_home) -> dict:
@@ -15,6 +16,7 @@ def _metadata(dagster_home) -> dict:
         return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
+@pytest.mark.e2e
 def test_two_processes_on_one_device_take_turns(tmp_path):
     lock_dir = tmp_path / "locks"
     procs = []

@@ -39,6 +39,7 @@ def test_shards_are_whole_flights_in_plan_order_and_deterministic():
     assert plan_shards([], 100.0) == [[]]
 
 
+@pytest.mark.e2e
 def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flights_of_one, tmp_path, lock_dir):
     resources = make_resources(tmp_path / "storage", lock_dir)
     config = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 60.0}}}}
@@ -57,6 +58,7 @@ def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flight
     assert {p.relative_to(values).parts[0] for p in values.rglob("*.json")} == {result.run_id}
 
 
+@pytest.mark.e2e
 def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_path, lock_dir):
     resources = make_resources(tmp_path / "storage", lock_dir)
     storage = resources["storage"]

@@ -10,6 +10,8 @@ from batch_assets.switches import SWITCHES
 
 from .conftest import make_resources, materialize_partition
 
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
+
 LEVERS = tuple(s.name for s in SWITCHES)
 EXACT = tuple(s.name for s in SWITCHES if s.default)  # the levers that change no result; half precision is not one
 VARIANTS = {f"{lever}=false": {lever: False} for lever in EXACT} | {"all off": {lever: False for lever in LEVERS}}

@@ -6,7 +6,7 @@ import dataclasses
 
 import yaml
 
-from batch_assets.gpu.assets import GpuSectionConfig, LeverConfig
+from batch_assets.gpu.run_config import GpuSectionConfig, LeverConfig
 from batch_assets.gpu.runner import Levers
 from batch_assets.storage import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS, SWITCHES, helm_env, readme_table

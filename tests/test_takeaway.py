@@ -16,6 +16,7 @@ import sys
 import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 import srt
 import webvtt
 from pyannote.database.util import load_rttm
@@ -24,7 +25,6 @@ from batch_assets.exports.assets import ASSET
 from batch_assets.exports.formats import FORMATS
 from batch_assets.gpu.tables import TABLE_SCHEMAS
 from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.storage import REPO_ROOT
 
 from .conftest import make_resources, materialize_partition
 from .partition_sources import make_source
@@ -46,6 +46,7 @@ def _exported(tables) -> list[str]:
     return tables["units"].filter(pl.col("speech_s").is_not_null())["unit_id"].to_list()
 
 
+@pytest.mark.e2e
 def test_srt_and_webvtt_parse_back_to_the_words_and_speakers(sample_run):
     _, storage = sample_run
     tables = _tables(storage)
@@ -76,6 +77,7 @@ def test_srt_and_webvtt_parse_back_to_the_words_and_speakers(sample_run):
         assert " ".join(html.unescape(" ".join(c.text for c in captions)).split()) == " ".join(words["word"]), uid
 
 
+@pytest.mark.e2e
 def test_json_txt_and_rttm_match_the_tables(sample_run, tmp_path):
     _, storage = sample_run
     tables = _tables(storage)
@@ -106,6 +108,7 @@ def test_json_txt_and_rttm_match_the_tables(sample_run, tmp_path):
     assert 0.0 <= tables["words"]["score"].min() <= tables["words"]["score"].max() <= 1.0
 
 
+@pytest.mark.e2e
 def test_export_command_writes_the_assets_files(sample_run, tmp_path):
     _, storage = sample_run
     env = {"BATCH_ASSETS_STORAGE_URL": storage.storage_url, "PYTHONWARNINGS": "ignore"}
@@ -132,6 +135,7 @@ def _env(extra: dict) -> dict:
     return os.environ | extra
 
 
+@pytest.mark.e2e
 def test_segments_are_the_words_speaker_turns(sample_run):
     _, storage = sample_run
     segments, words = storage.read_parquet("transcripts", P, "segments"), storage.read_parquet("transcripts", P, "words")
@@ -151,6 +155,7 @@ def test_segments_are_the_words_speaker_turns(sample_run):
     assert segments["num_words"].sum() == words.height
 
 
+@pytest.mark.e2e
 def test_published_tables_carry_day_descriptions_ms_times_and_null_reasons(sample_run):
     _, storage = sample_run
     units = pl.read_parquet(storage.output_url("transcripts", P, "units.parquet"))
@@ -170,6 +175,7 @@ def test_published_tables_carry_day_descriptions_ms_times_and_null_reasons(sampl
     assert days["day"].cast(str).to_list() == [P]
 
 
+@pytest.mark.e2e
 def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path, lock_dir):
     """interview.ogg has three voices (the shared run finds 3); forced to 2 by the run config, it has 2. planning.mp3's
     sidecar asks for one speaker; support_call.flac's sidecar is bad, so the run's hint applies to it, with a reason."""
@@ -201,6 +207,7 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     assert skipped["calls/2026/notes.txt"].startswith("extension '.txt'")
 
 
+@pytest.mark.e2e
 def test_contradictory_run_hints_fail_at_once_naming_them(tmp_path, lock_dir):
     source = make_source(tmp_path / "source", {P: ["meetings/planning.mp3"]})
     resources = make_resources(tmp_path / "storage", lock_dir, source)
@@ -210,29 +217,6 @@ def test_contradictory_run_hints_fail_at_once_naming_them(tmp_path, lock_dir):
     failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
     assert failure.step_key == "gpu_section.plan_gpu_shards"
     assert "give num_speakers, or min_speakers/max_speakers, not both" in str(failure.event_specific_data.error)
-
-
-ENV_NAME = re.compile(r"\b(BATCH_ASSETS_[A-Z0-9_]+|BATCH_PIPELINE_[A-Z0-9_]+|HF_[A-Z_]+|DAGSTER_[A-Z_]+|AWS_[A-Z_]+|PYANNOTE_[A-Z_]+)\b")
-READS = re.compile(r"(?:environ(?:\.get|\.setdefault|\.pop)?\(|environ\[|getenv\(|env_(?:str|or|int|float|bool|fraction)\(|EnvVar\()\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
-
-
-def test_every_variable_the_code_reads_is_in_the_readmes_table():
-    """Every environment variable read by the package (os.environ, the settings helpers, dg.EnvVar) or the Makefile's
-    exports is a row of the README's configuration table."""
-    read = set()
-    for path in (REPO_ROOT / "batch_assets").rglob("*.py"):
-        read |= set(READS.findall(path.read_text()))
-    read |= set(re.findall(r"^export (\w+)", (REPO_ROOT / "Makefile").read_text(), re.M))
-    from batch_assets.switches import SWITCHES
-
-    read |= {s.env_var for s in SWITCHES}
-    read |= {"HF_TOKEN", "HF_HOME"}  # read by huggingface_hub on our behalf (the production models' download and cache)
-    assert len(read) > 20 and "BATCH_ASSETS_SOURCE_URL" in read
-    readme = (REPO_ROOT / "README.md").read_text()
-    table = readme[readme.index("| variable | default | what it does |"):]
-    table = table[: table.index("\n\n")]
-    rows = {name for line in table.splitlines() for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])}
-    assert not (read - rows), f"add to the README's configuration table: {sorted(read - rows)}"
 
 
 def test_a_bad_sidecar_says_what_is_wrong_with_it():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batch_assets.training.corpus import ASR_VOCABULARY_WORDS, common_words, outside_vocabulary
+from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, common_words, outside_vocabulary
 from batch_assets.training.grammar import lexicon, make_grammar_sentences
 
 
@@ -24,7 +24,7 @@ def test_homophones_come_in_the_contexts_that_tell_them_apart():
     lex = lexicon(common_words(ASR_VOCABULARY_WORDS))
     noun_phrase_words = set(lex.nouns) | set(lex.plurals) | set(lex.adjectives)
     sentences = make_grammar_sentences(3000, np.random.default_rng(0), vocabulary=ASR_VOCABULARY_WORDS)
-    pairs = [(a, b) for s in sentences for a, b in zip(s.split(), s.split()[1:])]
+    pairs = [(a, b) for s in sentences for a, b in zip(s.split(), s.split()[1:], strict=False)]
     after_their = [b for a, b in pairs if a == "their"]
     assert after_their and all(b in noun_phrase_words for b in after_their)
     assert sum(b in ("is", "are", "was", "were", "will") for a, b in pairs if a == "there") > 100

@@ -25,6 +25,8 @@ from batch_assets.storage import REPO_ROOT
 from .partition_sources import make_source
 from .servers import free_port, wait_for_webserver
 
+pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
+
 ASSETS = ["fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts"]
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {

@@ -5,7 +5,7 @@ the last one a single padded chunk: on a GPU each forward is launch-bound. `segm
 exactly as `Inference.slide` does (`pyannote_adapter.slide_chunks`), fills `batch_size`-chunk batches with the
 chunks of all the files in order, runs the same `Inference.infer` (model, powerset conversion), and splits the
 outputs back per file, as the same `SlidingWindowFeature` stock returns. The embedding trunk's batches span
-units in `diarization.shared_trunk_embeddings`.
+units in `shared_trunk.shared_trunk_embeddings`.
 
 Exactness: each chunk goes through the same operations; only the batch it shares changes. Where a kernel
 depends on the batch's size or neighbours (the LSTM's on some CPUs, cuDNN's algorithm choice), the raw scores

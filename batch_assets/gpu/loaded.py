@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the model libraries load only in the GPU steps
+    import torch
+    from nemo.collections.asr.models import ASRModel
+
+    from batch_assets.gpu.diarization import LeveredSpeakerDiarization
 
 
 @dataclasses.dataclass
 class LoadedModels:
-    device: object
-    asr: object
-    diarization: object  # LeveredSpeakerDiarization
+    device: torch.device
+    asr: ASRModel  # an EncDecRNNTBPEModel (TDT) for every model this project loads
+    diarization: LeveredSpeakerDiarization
     load_seconds: float
     segmentation_forwards: list[int]  # a counter the forward hook increments
     decoder_settings: dict | None = None  # what this process last applied to the ASR decoder

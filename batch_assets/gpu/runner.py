@@ -1,7 +1,8 @@
 """The GPU section as a plain, typed runner: flights in, one commit per flight, a report out. No Dagster.
 
-`run_section(models, flights, levers, load, commit, section)` is what the GPU asset steps, the lever bench,
-the rerun path and the tests all call. It applies the decoder mode, feeds the flights' audio (prepared
+`run_section(models, flights, levers, load, commit, section, checkpoint)` is what the GPU steps call
+(`gpu/shard_work.py: process_flights`, for the shard steps and the assembly); the benches reach it through
+those steps, and tests call it directly. It applies the decoder mode, feeds the flights' audio (prepared
 ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.device_work`, then
 `section.host_work`: lever 6 overlaps a flight's host work with the next flight's device work, outside the
 lock), hands each flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights
@@ -18,14 +19,17 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from typing import ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
 from batch_assets.gpu.asr import apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.loaded import LoadedModels
-from batch_assets.gpu.section import HOST_THREAD, DeviceDone, SectionStats, UnitOutcome, device_work, host_work
+from batch_assets.gpu.precision import describe as describe_precision
+from batch_assets.gpu.section import DeviceDone, UnitOutcome, device_work, host_work
+from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +50,12 @@ class Levers:
 
 @dataclasses.dataclass(frozen=True)
 class FlightWork:
-    """One flight to process: its id, its audio seconds, and the plan rows of its units to process."""
+    """One flight to process: its id, its audio seconds, and the plan rows of its units to process (the
+    `prepared_flights` plan's columns, plus `speaker_hints`, a `SpeakerHints`: `gpu/section.py` reads them)."""
 
     flight_id: str
     audio_s: float
-    units: list[dict]
+    units: list[dict[str, Any]]
 
 
 @dataclasses.dataclass
@@ -70,9 +75,33 @@ class SectionReport:
     cuda_peak_bytes: int | None = None
     stats: SectionStats = dataclasses.field(default_factory=SectionStats)
 
+    precision: str = "float32"  # what half precision ran as (`gpu/precision.py: describe`)
+
     @property
     def audio_s_per_section_s(self) -> float | None:
         return round(self.audio_s / self.section_s, 2) if self.section_s else None
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The section's figures as a shard report carries them (JSON), summed per partition in its metadata."""
+        stats = self.stats
+        return {
+            "section_seconds": round(self.section_s, 3), "lock_wait_seconds": round(self.lock_wait_s, 3),
+            "entered_unix": self.entered_unix, "exited_unix": self.exited_unix,
+            "audio_seconds": round(self.audio_s, 3), "units": self.units,
+            "vad_seconds": round(stats.seconds["vad"], 3), "diarization_seconds": round(stats.seconds["diarization"], 3),
+            "asr_seconds": round(stats.seconds["asr"], 3), "asr_batch_retries": stats.asr_batch_retries,
+            "flight_load_wait_seconds": round(self.load_wait_s, 3), "max_prepared_ahead_seconds": round(self.max_ahead_s, 1),
+            "segmentation_forwards": self.segmentation_forwards,
+            "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
+            "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
+            "embedding_work": dict(stats.embedding_work), "embedding_paths": dict(stats.embedding_paths),
+            "cuda_peak_bytes": self.cuda_peak_bytes, "decoder_checks_skipped": stats.decoder_checks_skipped,
+            "stage_seconds": stats.stage_seconds(), "host_seconds_in_section": round(stats.host_in_section_s, 3),
+            "host_overlapped_seconds": round(stats.overlapped_host_s, 3),
+            "host_after_section_seconds": round(self.host_after_section_s, 3),
+            "host_phase_device_seconds": round(stats.host_phase_device_s, 3), "batch_fallbacks": stats.batch_fallbacks,
+            "precision": self.precision,
+        }
 
 
 @contextlib.contextmanager
@@ -86,7 +115,7 @@ def run_section(
     levers: Levers,
     load: Callable[[str], np.ndarray],
     commit: Callable[[str, list[UnitOutcome]], object],
-    section: ContextManager[float] | None = None,
+    section: AbstractContextManager[float] | None = None,
     checkpoint: Callable[[], None] = lambda: None,
 ) -> SectionReport:
     """Process `flights` in order inside `section` (a device lock yielding its wait); `commit` each flight's outcomes.
@@ -97,7 +126,7 @@ def run_section(
     last flight's after the section is exited. Commits stay in flight order."""
     import torch
 
-    report = SectionReport()
+    report = SectionReport(precision=describe_precision(models.device, levers.half_precision_enabled))
     if not flights:
         return report
     feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load, prepare_ahead=levers.prepare_flight_enabled,

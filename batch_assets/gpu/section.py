@@ -9,21 +9,28 @@ out-of-memory, NCCL: `gpu/faults.py`) and decoder-mode mismatches are not unit f
 A flight is two phases. `device_work` does everything that uses the device: VAD, the diarization forwards
 (segmentation, embeddings) and ASR. `host_work` does the rest: with lever 5 or 6 on, the diarization calls
 (clustering and reconstruction over the precomputed forwards), and always each word's speaker. Every stage's
-seconds are split into device work (model forwards) and host work (`SectionStats.device_seconds` /
-`host_seconds`). Lever 5 batches the forwards across the flight's units; lever 6 (`runner.run_section`) runs
-`host_work` outside the device lock, overlapped with the next flight's `device_work`.
+seconds are split into device work (model forwards) and host work (`section_stats.py`). Lever 5 batches the
+forwards across the flight's units; lever 6 (`runner.run_section`) runs `host_work` outside the device lock,
+overlapped with the next flight's `device_work`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from batch_assets.gpu.asr import DecoderModeError, Segment, Word, check_decoder_mode, speech_segments, transcribe_segments
+from batch_assets.gpu.asr import (
+    DecoderModeError,
+    Segment,
+    Word,
+    check_decoder_mode,
+    speech_segments,
+    transcribe_segments,
+)
 from batch_assets.gpu.attribution import attribute_speakers
 from batch_assets.gpu.diarization import (
     DiarizationCall,
@@ -35,14 +42,17 @@ from batch_assets.gpu.diarization import (
 )
 from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
 from batch_assets.gpu.precision import asr_encoder_autocast
+from batch_assets.gpu.section_stats import SectionStats
 from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
 from batch_assets.results import ResultClass
 from batch_assets.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.windows import piece_id
 
+if TYPE_CHECKING:  # runner imports this module
+    from batch_assets.gpu.loaded import LoadedModels
+    from batch_assets.gpu.runner import Levers
+
 SAMPLE_RATE = 16_000
-STAGES = ("vad", "diarization", "asr", "attribution", "tables")
-HOST_THREAD = "section-host"  # lever 6's thread (`runner.HostWork`)
 
 
 @dataclasses.dataclass
@@ -58,53 +68,6 @@ class UnitOutcome:
 
 
 @dataclasses.dataclass
-class SectionStats:
-    seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # per stage, device + host
-    # per stage (`STAGES`): seconds in model forwards (device work) and the rest (host work: score aggregation,
-    # clustering, reconstruction, attribution, table building and writing); "tables" is the commit's
-    device_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    host_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    decoder_modes: set = dataclasses.field(default_factory=set)
-    segmentation_reuse: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    # segmentation model forwards: by VAD (all units, and units that went on to diarization), by diarization
-    segmentation_forwards: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    # embedding work summed over diarized units (chunks, pairs, active_pairs, trunk_forwards, pooled_pairs)
-    embedding_work: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    embedding_paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
-    # flights with no speech to transcribe: no ASR call ran, so there is no decoder to check (NeMo builds and
-    # captures its CUDA graphs lazily, on the first decode: demanding a captured graph would fail them)
-    decoder_checks_skipped: int = 0
-    batch_fallbacks: int = 0  # lever 5's batched forwards failed for a flight and were redone unit by unit
-    # seconds the host phase spent in model forwards: 0 unless a precomputed forward did not match what the call
-    # needed (then the call ran it itself, outside the section with lever 6); the tests assert 0
-    host_phase_device_s: float = 0.0
-    overlapped_host_s: float = 0.0  # host seconds run on lever 6's thread, off the device work's path
-
-    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
-
-    @property
-    def host_in_section_s(self) -> float:
-        """Host seconds on the device work's path (all of them without lever 6)."""
-        return sum(self.host_seconds.values()) - self.overlapped_host_s
-
-    def stage_seconds(self) -> dict[str, dict[str, float]]:
-        return {stage: {"device": round(self.device_seconds[stage], 3), "host": round(self.host_seconds[stage], 3)}
-                for stage in STAGES}
-
-    def add(self, stage: str, device_s: float, host_s: float) -> None:
-        with self._lock:  # lever 6: the device work and the host work add from two threads
-            self._add(stage, device_s, host_s)
-
-    def _add(self, stage: str, device_s: float, host_s: float) -> None:
-        if threading.current_thread().name.startswith(HOST_THREAD):
-            self.overlapped_host_s += host_s
-        self.device_seconds[stage] += device_s
-        self.host_seconds[stage] += host_s
-        self.seconds[stage] += device_s + host_s
-
-
-@dataclasses.dataclass
 class DeviceDone:
     """A flight after its device work: what its host work needs."""
 
@@ -115,14 +78,16 @@ class DeviceDone:
     calls: dict[str, tuple[DiarizationCall, dict, SpeakerHints]] = dataclasses.field(default_factory=dict)
 
 
-def process_flight(models, flight_id: str, audio: np.ndarray, units: list[dict], levers, stats: SectionStats) -> list[UnitOutcome]:
+def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[dict[str, Any]], levers: Levers,
+                   stats: SectionStats) -> list[UnitOutcome]:
     """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, a window's
     `window`, and optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`. A window's
     outcome is under its piece id (`windows.piece_id`), on the window's clock; the assembly stitches them."""
     return host_work(models, device_work(models, flight_id, audio, units, levers, stats), stats)
 
 
-def device_work(models, flight_id: str, audio: np.ndarray, units: list[dict], levers, stats: SectionStats) -> DeviceDone:
+def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[dict[str, Any]], levers: Levers,
+                stats: SectionStats) -> DeviceDone:
     """Everything of a flight that uses the device. With lever 5 or 6 the diarization calls' forwards are done
     here and the calls themselves are left to `host_work`; otherwise each call runs whole here."""
     outcomes: dict[str, UnitOutcome] = {}
@@ -162,7 +127,7 @@ def device_work(models, flight_id: str, audio: np.ndarray, units: list[dict], le
     return done
 
 
-def host_work(models, done: DeviceDone, stats: SectionStats) -> list[UnitOutcome]:
+def host_work(models: LoadedModels, done: DeviceDone, stats: SectionStats) -> list[UnitOutcome]:
     """A flight's work that needs no device: the diarization calls `device_work` left (clustering and
     reconstruction over precomputed forwards), then each word's speaker. Lever 6 runs it outside the section."""
     outcomes = done.outcomes
@@ -187,7 +152,8 @@ def host_work(models, done: DeviceDone, stats: SectionStats) -> list[UnitOutcome
     return list(outcomes.values())
 
 
-def _vad(models, waveforms: dict[str, np.ndarray], outcomes: dict[str, UnitOutcome], levers, stats: SectionStats) -> list[str]:
+def _vad(models: LoadedModels, waveforms: dict[str, np.ndarray], outcomes: dict[str, UnitOutcome], levers: Levers,
+         stats: SectionStats) -> list[str]:
     """Every unit's VAD (lever 5: the forwards batched across units); returns the units with speech, in order."""
     forwards = models.segmentation_forwards
     before = forwards[0]
@@ -227,7 +193,8 @@ def _vad(models, waveforms: dict[str, np.ndarray], outcomes: dict[str, UnitOutco
     return speech
 
 
-def _precompute(models, files: dict[str, dict], levers, stats: SectionStats, outcomes: dict[str, UnitOutcome]) -> None:
+def _precompute(models: LoadedModels, files: dict[str, dict], levers: Levers, stats: SectionStats,
+                outcomes: dict[str, UnitOutcome]) -> None:
     """The diarization calls' forwards (lever 5: batched across units); a unit that breaks the batch fails alone."""
     pipeline = models.diarization
     started = time.perf_counter()
@@ -248,7 +215,7 @@ def _precompute(models, files: dict[str, dict], levers, stats: SectionStats, out
     stats.add("diarization", time.perf_counter() - started, 0.0)
 
 
-def _diarize_unit(models, outcome: UnitOutcome, call: DiarizationCall, file: dict, hints: SpeakerHints,
+def _diarize_unit(models: LoadedModels, outcome: UnitOutcome, call: DiarizationCall, file: dict, hints: SpeakerHints,
                   stats: SectionStats) -> bool:
     """One unit's diarization call (whole, or the host part of a precomputed one); False when the unit failed."""
     started = time.perf_counter()
@@ -266,7 +233,7 @@ def _diarize_unit(models, outcome: UnitOutcome, call: DiarizationCall, file: dic
     return True
 
 
-def _transcribe_checked(models, waveforms, segments, outcomes, asr_batch_size: int, cuda_graphs: bool,
+def _transcribe_checked(models: LoadedModels, waveforms, segments, outcomes, asr_batch_size: int, cuda_graphs: bool,
                         stats: SectionStats) -> list[Word]:
     """One flight's ASR, the decoder's mode asserted before and after; a failed batch retried unit by unit."""
     stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "before"))

@@ -70,9 +70,9 @@ def run_vad_flight(pipeline, waveforms: dict[str, np.ndarray]) -> tuple[dict[str
 
 
 def run_vad(pipeline, waveform: np.ndarray, uri: str) -> VadResult:
-    from batch_assets.gpu.pyannote_adapter import segmentation_inference
-
     import time
+
+    from batch_assets.gpu.pyannote_adapter import segmentation_inference
 
     inference = segmentation_inference(pipeline)  # the diarization pipeline's own segmentation step
     started = time.perf_counter()

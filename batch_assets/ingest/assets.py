@@ -6,134 +6,37 @@ A run may carry several partitions (a backfill under the BackfillPolicy): each i
 gets its own materialization with its own metadata.
 """
 
-import collections
-import contextlib
-from collections.abc import Iterator
-
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
 from batch_assets.columns import table_schema
-from batch_assets.dead_runs import free_dead_runs, record_process_identity
-from batch_assets.guards import degrade_problem, systemic_problem, with_source_uris
+from batch_assets.guards import with_source_uris
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
-from batch_assets.lease import LeaseLost, PartitionLease
+from batch_assets.lease import PartitionLease
 from batch_assets.partitions import backfill_policy, daily_partitions
 from batch_assets.settings import env_fraction
-from batch_assets.storage import StorageConfigError, StorageResource
+from batch_assets.steps import (
+    GPU_ASSET_KEYS,
+    DegradeConfig,
+    class_counts,
+    guard_degradation,
+    lease_lost_fails,
+    lease_wait_field,
+    partition_lease,
+    preflight,
+    written_later_in_run,
+)
+from batch_assets.storage import StorageResource
 from batch_assets.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
 
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
 SHRINK_GUARD_FRACTION = env_fraction("BATCH_ASSETS_SHRINK_GUARD_FRACTION", 0.5)
-# More than this share of the units with transcripts becoming fetch_failed/failed/changed_since_listed is refused.
-DEGRADE_GUARD_FRACTION = env_fraction("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", 0.5)
-
-
-class DegradeConfig(dg.Config):
-    """The degrade guard's settings (`batch_assets/guards.py`), on every step that classes units."""
-
-    allow_degrade: bool = Field(
-        default=False,
-        description="Publish even if more than degrade_guard_fraction of the units with transcripts would become "
-        "fetch_failed, failed or changed_since_listed, or (a first-time day) every unit fails for one reason. Off: such "
-        "a run fails and keeps the current results.",
-    )
-    degrade_guard_fraction: float = Field(
-        default=DEGRADE_GUARD_FRACTION, ge=0.0, le=1.0,
-        description="Refuse results that leave more than this share of the units with transcripts unread or unprocessed "
-        "(env default BATCH_ASSETS_DEGRADE_GUARD_FRACTION, 0.5)",
-    )
-
-
-def previous_units(storage: StorageResource, partition: str) -> pl.DataFrame | None:
-    """The partition's current transcripts units (what a run would replace), or None when it has none yet."""
-    try:
-        return storage.read_parquet("transcripts", partition, "units")
-    except FileNotFoundError:
-        return None
-
-
-def guard_degradation(context, config: DegradeConfig, storage: StorageResource, partition: str, new: pl.DataFrame,
-                      op: str) -> None:
-    """Fail before writing (not retried) when `new` (rows with source_uri, result_class, reason) would publish a
-    degraded or systemically failed partition, unless `allow_degrade`; `op` names where to set it."""
-    previous = previous_units(storage, partition)
-    degraded = degrade_problem(previous, new, config.degrade_guard_fraction)
-    systemic = systemic_problem(new) if previous is None else None
-    if degraded is None and systemic is None:
-        return
-    if degraded is not None:
-        what = (f"{degraded.describe()}, over the degrade guard's {config.degrade_guard_fraction:.0%}. A storage or device "
-                "fault (a cold storage class, a revoked key or KMS grant, a broken GPU) looks like this, not the audio")
-    else:
-        what = f"{systemic} (a first-time day): a configuration or system fault, not the audio"
-    if config.allow_degrade:
-        context.log.warning(f"{partition}: allow_degrade: publishing anyway: {what}")
-        return
-    raise dg.Failure(
-        description=f"{partition}: {what}. Nothing was published: the current tables and arrays are kept as they are "
-        "(GPU work this run committed is kept apart, for a forced rerun to reuse). Fix the fault "
-        f"and rerun; to publish these results anyway, rerun with run config `ops: {{{op}: {{config: {{allow_degrade: "
-        "true}}}}}` or `batch-assets run --allow-degrade`.",
-        metadata={"degraded_units": degraded.degraded if degraded else len(new),
-                  "units_with_transcripts": degraded.with_words if degraded else 0,
-                  "degrade_guard_fraction": config.degrade_guard_fraction,
-                  "reasons": [r for r, _ in degraded.reasons] if degraded else [systemic]},
-        allow_retries=False,
-    )
-
-
-def lease_wait_field():
-    return Field(default=900.0, ge=0, description="How long to wait for another live run writing the partition before "
-                 "failing with its name (0: fail at once)")
-
-
-def partition_lease(context, storage: StorageResource, partition: str) -> PartitionLease:
-    """This run's lease on a partition: held by the run id, free once the holder run is known to be finished."""
-    instance = context.instance
-
-    def holder_alive(run_id: str) -> bool | None:
-        run = instance.get_run_by_id(run_id)
-        return None if run is None else not run.is_finished
-
-    return PartitionLease(storage, partition, holder=context.run.run_id, holder_alive=holder_alive)
-
-
-@contextlib.contextmanager
-def lease_lost_fails() -> Iterator[None]:
-    """A write refused by the lease's fencing (`LeaseLost`) fails the step, not retried: another run has the partition."""
-    try:
-        yield
-    except LeaseLost as error:
-        raise dg.Failure(description=str(error), allow_retries=False) from error
-
-
-GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
-
-
-def written_later_in_run(context: dg.AssetExecutionContext, assets: tuple[str, ...]) -> bool:
-    """Whether this run also materializes any of `assets` (later steps that keep the partition's lease)."""
-    selected = context.run.asset_selection or context.job_def.asset_layer.executable_asset_keys
-    return any(dg.AssetKey(asset) in selected for asset in assets)
-
-
-def preflight(context: dg.AssetExecutionContext, storage: StorageResource, source: bool = False) -> None:
-    """Before any work: free the pool slots of runs whose process died, and fail at once (no retry) on
-    storage that cannot work, a missing source root (with `source`) or an output root refusing writes."""
-    record_process_identity(context)
-    free_dead_runs(context.instance, context.log.warning)
-    try:
-        if source:
-            storage.check_source_root()
-        storage.check_writable()
-    except StorageConfigError as error:
-        raise dg.Failure(description=str(error), allow_retries=False) from None
 
 
 class FetchConfig(DegradeConfig):
@@ -180,10 +83,6 @@ def window_spec(config: PrepareConfig) -> WindowSpec:
         return WindowSpec(config.max_unit_seconds, config.window_overlap_seconds)
     except ValueError as error:
         raise dg.Failure(f"{error} (ops.prepared_flights.config)", allow_retries=False) from None
-
-
-def class_counts(frame: pl.DataFrame) -> dict[str, int]:
-    return dict(sorted(collections.Counter(frame["result_class"].to_list()).items()))
 
 
 @dg.asset(

@@ -23,8 +23,8 @@ from typing import BinaryIO, TypeVar
 
 import fsspec
 
+from batch_assets.fs_paths import is_local
 from batch_assets.ingest.units import relative_key
-from batch_assets.storage import is_local
 
 T = TypeVar("T")
 CHUNK = 8 * 2**20
@@ -102,9 +102,13 @@ def download(fs: fsspec.AbstractFileSystem, path: str, dest: BinaryIO, policy: R
     `confine_to`: the partition folder of a local object, which it is opened beneath (`open_confined`)."""
     if confine_to is not None and is_local(fs):
         rel = relative_key(confine_to, path)  # ValueError when the path is not under it
-        opener = lambda: open_confined(confine_to, rel)
+
+        def opener():
+            return open_confined(confine_to, rel)
     else:
-        opener = lambda: fs.open(path, "rb", block_size=CHUNK)
+
+        def opener():
+            return fs.open(path, "rb", block_size=CHUNK)
 
     def copy() -> tuple[int, str]:
         dest.seek(0)

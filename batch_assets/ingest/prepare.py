@@ -52,6 +52,7 @@ PLAN_SCHEMA = {
     "window_start_s": pl.Float64,  # where that window starts in the unit
 }
 FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64, "audio_uri": pl.String}
+DEFAULT_WINDOWS = WindowSpec()
 
 
 @contextlib.contextmanager
@@ -125,7 +126,7 @@ def prepare_flights(
     concurrency: int,
     retries: RetryPolicy = DEFAULT_RETRIES,
     log: Callable[[str], None] = lambda _: None,
-    windows: WindowSpec = WindowSpec(),
+    windows: WindowSpec = DEFAULT_WINDOWS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     ok = manifest.filter(pl.col("result_class") == str(ResultClass.OK))
     windowed = frozenset(uid for uid, d in zip(ok["unit_id"], ok["duration_s"], strict=True) if windows.windowed(d))
@@ -150,8 +151,8 @@ def prepare_flights(
                 fs, path = source_path_of(row["source_uri"])
                 try:
                     return _decode_unit(fs, path, row, retries), None
-                except (DecodeError, FetchError, ChangedSinceListed) as error:
-                    return None, error
+                except (DecodeError, FetchError, ChangedSinceListed) as failure:
+                    return None, failure
 
             decoded = list(pool.map(work, units))
             pieces, offset = [], 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import shutil
 import tempfile
@@ -19,6 +18,8 @@ from collections.abc import Callable
 
 import filelock
 import yaml
+
+from batch_assets.settings import env_str
 
 BUILTIN_PREFIX = "builtin:"
 TINY_TDT = "builtin:tiny-tdt"
@@ -40,8 +41,8 @@ EMBEDDING_DIMENSION = 64
 
 
 def cache_root() -> pathlib.Path:
-    default = pathlib.Path.home() / ".cache" / "batch_assets" / "models"
-    return pathlib.Path(os.environ.get("BATCH_ASSETS_MODEL_CACHE", default))
+    """BATCH_ASSETS_MODEL_CACHE, read when a model is built (the tests point it at their own folder)."""
+    return pathlib.Path(env_str("BATCH_ASSETS_MODEL_CACHE") or pathlib.Path.home() / ".cache" / "batch_assets" / "models")
 
 
 def is_builtin(name: str) -> bool:

@@ -11,11 +11,11 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 
 from batch_assets.models import builtin, production_shaped
 from batch_assets.models.environment import quiet_model_libraries
+from batch_assets.settings import env_str
 
 
 def _local_or_name(name: str) -> str | pathlib.Path:
@@ -47,7 +47,7 @@ def load_diarization_pipeline(name: str, device, segmentation_batch_size: int, e
     from pyannote.audio import Pipeline
 
     source = _local_or_name(name)
-    token = os.environ.get("HF_TOKEN") if not isinstance(source, pathlib.Path) else None
+    token = env_str("HF_TOKEN") if not isinstance(source, pathlib.Path) else None
     pipeline = Pipeline.from_pretrained(source, token=token)
     if pipeline is None:
         raise RuntimeError(f"could not load diarization pipeline {name!r} (gated model without HF_TOKEN?)")

@@ -62,7 +62,7 @@ COMMUNITY1_PARAMS = {"segmentation": {"min_duration_off": 0.0}, "clustering": {"
 
 
 def parakeet_shaped_config(tokenizer_dir: str) -> dict:
-    from batch_assets.training.train_asr import model_config
+    from batch_assets.models.tdt_config import model_config
 
     s = PARAKEET_SIZES
     config = model_config(tokenizer_dir, d_model=s["d_model"], layers=s["layers"])
@@ -81,8 +81,8 @@ def _tokenizer_dir() -> pathlib.Path:
     def build(folder: pathlib.Path) -> None:
         import numpy as np
 
-        from batch_assets.training.corpus import make_sentences
-        from batch_assets.training.train_asr import train_tokenizer
+        from batch_assets.models.sentences import make_sentences
+        from batch_assets.models.tdt_config import train_tokenizer
 
         train_tokenizer(make_sentences(6000, np.random.default_rng(SHAPED_SEED)), folder, VOCABULARY)
 

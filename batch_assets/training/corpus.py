@@ -1,8 +1,7 @@
 """Synthetic speech with exact transcripts: espeak-ng voices reading sentences of common English words.
 
-Sentences draw on the most frequent English words (wordfreq's list, not a hand-typed one), with a
-Zipf-like bias so frequent words come up more often. Voices are espeak-ng accents x voice variants,
-each utterance at a random rate and pitch, with light background noise and gain. The splits are
+The sentences come from `models/sentences.py`. Voices are espeak-ng accents x voice variants, each
+utterance at a random rate and pitch, with light background noise and gain. The splits are
 disjoint by sentence (held-out sentences never appear in training), and one test split uses voices
 that training never heard.
 """
@@ -10,9 +9,7 @@ that training never heard.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import multiprocessing
-import re
 import subprocess
 import tempfile
 
@@ -21,46 +18,13 @@ import soundfile as sf
 import soxr
 
 RATE = 16_000
-# The builtin ASR model's vocabulary: the N most common English words. Small enough for a ~1 M-parameter
-# model trained for an hour on two CPU cores to learn every word from many voices; the sample partition is
-# written in it (scripts/make_sample_data.py checks).
-ASR_VOCABULARY_WORDS = 500
 TRAIN_ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en"]
 TRAIN_VARIANTS = ["", "+m1", "+m3", "+m7", "+f2", "+f3", "+f5"]
 HELD_OUT_VOICES = ["en-gb-scotland+m4", "en-us-nyc+f4", "en-gb-x-gbclan+m6"]
-_WORD = re.compile(r"^[a-z]+$")
-
-
-@functools.lru_cache(maxsize=4)
-def common_words(n: int = 3000) -> tuple[str, ...]:
-    from wordfreq import top_n_list
-
-    words = [w for w in top_n_list("en", n * 2) if _WORD.match(w)]
-    return tuple(words[:n])
-
-
-def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS) -> set[str]:
-    """The words of `sentences` that are not among the N most common words (the ASR model's vocabulary)."""
-    return {word for sentence in sentences for word in sentence.split()} - set(common_words(n))
 
 
 def train_voices() -> list[str]:
     return [accent + variant for accent in TRAIN_ACCENTS for variant in TRAIN_VARIANTS]
-
-
-def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000, lengths=(3, 12)) -> list[str]:
-    words = common_words(vocabulary)
-    ranks = np.arange(1, len(words) + 1)
-    weights = 1.0 / ranks**0.6  # flatter than Zipf: rare words still come up
-    weights /= weights.sum()
-    sentences, seen = [], set()
-    while len(sentences) < count:
-        n = int(rng.integers(lengths[0], lengths[1] + 1))
-        sentence = " ".join(words[i] for i in rng.choice(len(words), size=n, p=weights))
-        if sentence not in seen:
-            seen.add(sentence)
-            sentences.append(sentence)
-    return sentences
 
 
 @dataclasses.dataclass

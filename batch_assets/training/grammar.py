@@ -1,6 +1,6 @@
 """Grammatical training sentences over the ASR model's vocabulary: a small phrase grammar.
 
-Random word draws (`corpus.make_sentences`) teach the acoustics of every word but no context, so the
+Random word draws (`models/sentences.py: make_sentences`) teach the acoustics of every word but no context, so the
 model cannot tell "two" from "too", "there" from "their" or "know" from "no" in real dialogue: the
 prediction network never sees which word follows which. This grammar writes everyday sentences
 (statements, questions, requests, answers, joined clauses) so those contexts exist in training.
@@ -248,7 +248,7 @@ class _Writer:
 
 def make_grammar_sentences(count: int, rng: np.random.Generator, vocabulary: int, lengths=(2, 16)) -> list[str]:
     """`count` distinct sentences (2 to 16 words) from the grammar, over the N most common words."""
-    from batch_assets.training.corpus import common_words
+    from batch_assets.models.sentences import common_words
 
     lex = lexicon(common_words(vocabulary))
     writer = _Writer(lex, rng)

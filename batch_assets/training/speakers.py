@@ -12,7 +12,8 @@ import multiprocessing
 
 import numpy as np
 
-from batch_assets.training.corpus import RATE, make_sentences, speak
+from batch_assets.models.sentences import make_sentences
+from batch_assets.training.corpus import RATE, speak
 
 ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan", "en-gb-x-gbcwmd"]
 VARIANTS = ["", "+m1", "+m2", "+m3", "+m4", "+m5", "+m6", "+m7", "+f1", "+f2", "+f3", "+f4", "+f5"]

@@ -1,0 +1,122 @@
+"""The GPU section's run config: what the launchpad shows under `ops.gpu_section.config`, and each step's part.
+
+The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the `units` of a
+rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once for the graph and
+mapped to its three steps (`gpu_section_config`).
+"""
+
+import dagster as dg
+import polars as pl
+from pydantic import Field
+
+from batch_assets.ingest.flights import DECODE_BUDGET_S
+from batch_assets.settings import env_int
+from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
+from batch_assets.steps import DegradeConfig, lease_wait_field
+from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
+from batch_assets.windows import LINK_THRESHOLD
+
+SHARD_AUDIO_SECONDS = env_int("BATCH_ASSETS_SHARD_AUDIO_SECONDS", 14400, minimum=60, maximum=10**7)
+
+
+def _switch_field(name: str):
+    """A lever's run config field: its default and description come from the registry (`switches.py`)."""
+    switch = next(s for s in SWITCHES if s.name == name)
+    return Field(default=SWITCH_DEFAULTS[name], description=f"{switch.description} (env default {switch.env_var})")
+
+
+class LeverConfig(dg.Config):
+    """The speed levers, each a kill switch (`batch_assets/switches.py`; env defaults read at load)."""
+
+    prepare_flight_enabled: bool = _switch_field("prepare_flight_enabled")
+    vad_segmentation_reuse_enabled: bool = _switch_field("vad_segmentation_reuse_enabled")
+    asr_cuda_graphs_enabled: bool = _switch_field("asr_cuda_graphs_enabled")
+    embedding_shared_trunk_enabled: bool = _switch_field("embedding_shared_trunk_enabled")
+    batch_across_units_enabled: bool = _switch_field("batch_across_units_enabled")
+    host_overlap_enabled: bool = _switch_field("host_overlap_enabled")
+    half_precision_enabled: bool = _switch_field("half_precision_enabled")
+    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
+    prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
+
+
+class HintsConfig(dg.Config):
+    """Speaker-count hints for every unit of the partition (a unit's sidecar wins: `speaker_hints.py`)."""
+
+    num_speakers: int | None = Field(default=None, gt=0, description="Exactly this many speakers in every unit")
+    min_speakers: int | None = Field(default=None, gt=0, description="At least this many speakers in every unit")
+    max_speakers: int | None = Field(default=None, gt=0, description="At most this many speakers in every unit")
+
+
+def run_hints(config: HintsConfig) -> SpeakerHints:
+    """The run config's hints; a contradiction fails the step at once, naming the fields."""
+    try:
+        return SpeakerHints(config.num_speakers, config.min_speakers, config.max_speakers)
+    except HintError as error:
+        raise dg.Failure(f"speaker hints in the run config: {error} (ops.gpu_section.config)", allow_retries=False) from None
+
+
+def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, SpeakerHints]:
+    """Each unit's hints: its sidecar's (read into the manifest by `fetched_audio`), else the run's."""
+    return {row["unit_id"]: unit_hints(hints, row)[0] for row in manifest.iter_rows(named=True)}
+
+
+def units_field():
+    return Field(default=[], description="Rerun only these units of the partition (unit_id or relative key); the other "
+                 "units keep their rows. Empty: the whole partition, replaced.")
+
+
+class ShardConfig(LeverConfig, HintsConfig):
+    """A shard step's config: the levers and the run's speaker hints."""
+
+
+class LinkConfig(dg.Config):
+    speaker_link_threshold: float = Field(
+        default=LINK_THRESHOLD, gt=0,
+        description="A windowed unit's speakers closer than this across windows (euclidean, normalised centroids) "
+        "are one voice (`batch_assets/windows.py`)")
+
+
+class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig, LinkConfig):
+    """The assembly's config: the levers (for flights it finishes itself), the `units` of a rerun, speaker linking."""
+
+    units: list[str] = units_field()
+
+
+class PlanConfig(HintsConfig):
+    units: list[str] = units_field()
+    shard_audio_seconds: float = Field(
+        default=SHARD_AUDIO_SECONDS, gt=0,
+        description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (14400)",
+    )
+    lease_wait_seconds: float = lease_wait_field()
+
+
+class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
+    """The GPU work's run config, as the launchpad shows it under `ops.gpu_section.config`:
+
+    ```yaml
+    ops:
+      gpu_section:
+        config:
+          prepare_flight_enabled: true
+          vad_segmentation_reuse_enabled: true
+          asr_cuda_graphs_enabled: true
+          embedding_shared_trunk_enabled: true
+          batch_across_units_enabled: true
+          host_overlap_enabled: true
+          half_precision_enabled: false     # changes numbers: on only where the gate passes
+          shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
+          units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
+          allow_degrade: false              # true: publish even if most transcribed units would become failed
+          num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar
+          speaker_link_threshold: 0.7       # a windowed unit's speakers this close across windows are one voice
+    ```
+    """
+
+
+@dg.config_mapping
+def gpu_section_config(config: GpuSectionConfig) -> dict:
+    values = config.model_dump()
+    pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
+    return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(ShardConfig)},
+            "assemble_gpu_tables": {"config": pick(AssembleConfig)}}

@@ -1,0 +1,167 @@
+"""What a GPU step does with its share of a partition: the flights it owns, those it resumes, the locked section.
+
+`run_shard` is the body of the `gpu_shard` op (`gpu/assets.py`): it takes the partition's lease, works out
+the flights it owns (its shard's, and those of shards a re-execution does not rerun: `gpu/resume.py`),
+skips flights with a valid commit, runs the rest through the typed runner (`gpu/runner.py`) inside the
+device lock, committing each (`gpu/commits.py`), and returns a `ShardReport`. `process_flights` is shared
+with the assembly, which finishes flights no shard step processed.
+"""
+
+import collections
+import dataclasses
+import resource
+from collections.abc import Iterable
+
+import dagster as dg
+import polars as pl
+
+from batch_assets.dead_runs import record_process_identity
+from batch_assets.gpu.commits import FlightCommits
+from batch_assets.gpu.resources import GpuResource, quarantine
+from batch_assets.gpu.resume import PlannedFlight, executing_shards, owned_flights, plan_fingerprint, planned_flights
+from batch_assets.gpu.run_config import ShardConfig, run_hints, unit_speaker_hints
+from batch_assets.gpu.shard_values import ShardReport, ShardSpec
+from batch_assets.gpu.stop_requests import StopRequests
+from batch_assets.speaker_hints import SpeakerHints
+from batch_assets.steps import lease_lost_fails, partition_lease
+from batch_assets.storage import StorageResource
+from batch_assets.switches import SWITCHES
+from batch_assets.windows import window_hints
+
+
+def root_run_id(context) -> str:
+    """The id flight commits are keyed by: the same across retries and re-executions from failure of one run."""
+    return context.run.root_run_id or context.run.run_id
+
+
+def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str] | None:
+    """The unit_ids an analyst asked to rerun (by unit_id or relative key); None means the whole partition."""
+    requested = list(requested)
+    if not requested:
+        return None
+    by_key = dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
+    ids = set(manifest["unit_id"])
+    unknown = [u for u in requested if u not in ids and u not in by_key]
+    if unknown:
+        raise dg.Failure(f"units not in this partition's manifest (new audio? rerun the whole partition): {unknown}",
+                         allow_retries=False)
+    return {u if u in ids else by_key[u] for u in requested}
+
+
+def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.DataFrame | None = None,
+                         units: Iterable[str] | None = None) -> list[PlannedFlight]:
+    """The partition's current planned flights (`gpu/resume.py`), read from `prepared_flights` (and the manifest)."""
+    if manifest is None:
+        manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    return planned_flights(manifest, storage.read_parquet("prepared_flights", partition, "plan"),
+                           storage.read_parquet("prepared_flights", partition, "flights"), units)
+
+
+def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
+              shard: ShardSpec, stops: StopRequests) -> ShardReport:
+    """The `gpu_shard` step: own, resume or process the shard's flights under the partition's lease."""
+    record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
+    partition, root = shard.partition, root_run_id(context)
+    lease = partition_lease(context, storage, partition)
+    commits = FlightCommits(storage, partition, root, fence=lease.check)
+    with lease_lost_fails(), lease.held(log=context.log.warning, release=False, release_on_error=False):  # siblings work
+        planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
+        executing = executing_shards(context.run.step_keys_to_execute, partition, shard.shards)
+        owned = owned_flights(shard.shard, shard.shard_flights, executing, list(planned))
+        done = assembled_from(commits, list(planned.values()))
+        if done is not None:  # a re-execution of all steps, after this lineage wrote the partition from this plan
+            context.log.info(f"{partition} shard {shard.shard}: already assembled from this plan by run "
+                             f"{done['run_id']} of this run's lineage: nothing to do")
+        problems = {} if done is not None else commits.problems({f: planned[f].fingerprint for f in owned})
+        report = ShardReport(partition, shard.shard, shard.shards, owned, shard.units,
+                             audio_s=round(sum(planned[f].audio_s for f in owned), 3),
+                             taken_over=[f for f in owned if f not in shard.flights],
+                             resumed_flights=[f for f in owned if f not in problems])
+        log_resume(context, report, problems, root, executing)
+        return process_flights(context, config, storage, gpu, lease, commits, report, planned,
+                               [f for f in owned if f in problems], stops)
+
+
+def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
+                    report: ShardReport, planned: dict[str, PlannedFlight], pending: list[str],
+                    stops: StopRequests) -> ShardReport:
+    """Run `pending` flights through the locked section, committing each; `report` with what was processed. A
+    stop signal (`stops`) stops it before the model load, after it and before each flight.
+
+    A decoder in the wrong mode quarantines this worker: the step fails, not retried, and frees the lease. A
+    device fault quarantines it too, but the step is retried (in a fresh process) and keeps the lease and the
+    flights committed so far.
+    """
+    stops.checkpoint()  # before the imports below (NeMo: seconds)
+    # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
+    from batch_assets.gpu.asr import DecoderModeError
+    from batch_assets.gpu.faults import DeviceFault
+    from batch_assets.gpu.runner import FlightWork, Levers, run_section
+
+    switches = {s.name: getattr(config, s.name) for s in SWITCHES}
+    report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
+    if not pending:
+        return report
+    ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
+    if report.units is not None:
+        ok = ok.filter(pl.col("unit_id").is_in(report.units))
+    hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
+    units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in ok.iter_rows(named=True):
+        unit_hints_ = hints.get(row["unit_id"], SpeakerHints())
+        units_by_flight[row["flight_id"]].append(
+            row | {"speaker_hints": unit_hints_ if row.get("window") is None else window_hints(unit_hints_)})
+    models = gpu.load(context.log)
+    stops.checkpoint()
+    levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
+                    prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
+    try:
+        section = run_section(
+            models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
+            load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, planned[flight_id].num_units),
+            commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
+            section=gpu.section(), checkpoint=stops.checkpoint,
+        )
+    except DeviceFault as error:
+        quarantine(str(error))
+        context.log.error(f"QUARANTINED: {error}")
+        # Retried (the op's retry policy), in a fresh process or pod: this one refuses GPU work from now on. The
+        # flights committed so far are kept and the lease stays with this run for the retry.
+        unfinished = commits.problems({f: planned[f].fingerprint for f in pending})
+        raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried in a fresh "
+                         f"process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) it ran are committed "
+                         "and kept", metadata={"quarantine": str(error)}, allow_retries=True) from error
+    except DecoderModeError as error:
+        quarantine(str(error))
+        lease.release()  # not retried: this run will not write the partition
+        context.log.error(f"QUARANTINED: {error}")
+        # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+        raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
+                         allow_retries=False) from error
+    return dataclasses.replace(
+        report, processed_flights=pending, section=section.to_metadata(),
+        step_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        model_load_seconds=round(models.load_seconds, 2), device=str(models.device))
+
+
+def assembled_from(commits: FlightCommits, planned: list[PlannedFlight]) -> dict | None:
+    """The record of this root run's assembly of the partition, if it was assembled from exactly this plan."""
+    done = commits.assembled()
+    return done if done is not None and done["plan"] == plan_fingerprint(planned) else None
+
+
+def log_resume(context, report: ShardReport, problems: dict[str, str], root: str, executing: list[int]) -> None:
+    """Say what a resumed or re-executed shard does, and why a flight is redone (the resumed run's log)."""
+    partition, index = report.partition, report.shard
+    if report.taken_over:
+        idle = [i for i in range(report.shards) if i not in executing]
+        pending = [f for f in report.taken_over if f in problems]
+        context.log.warning(f"{partition} shard {index}: this run does not execute shard(s) {idle} of {report.shards}: "
+                            f"taking over {len(report.taken_over)} of their flights, {len(pending)} without a valid "
+                            f"commit: {pending}")
+    if report.resumed_flights or context.run.parent_run_id:
+        context.log.warning(f"{partition} shard {index}: resuming run {root}: {len(report.resumed_flights)} flight(s) "
+                            f"already committed, {len(problems)} to process")
+    for flight_id, why in problems.items():
+        if why != "not committed":
+            context.log.warning(f"{partition} shard {index}: redoing {flight_id}: {why}")

@@ -1,0 +1,47 @@
+"""Sentences of common English words: the text the builtin models' tokenizers and the training corpus share.
+
+Sentences draw on the most frequent English words (wordfreq's list, not a hand-typed one), with a Zipf-like
+bias so frequent words come up more often. Building a production-shaped model trains its tokenizer on them
+(`production_shaped.py`); the training corpus speaks them (`training/corpus.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+# The builtin ASR model's vocabulary: the N most common English words. Small enough for a ~1 M-parameter
+# model trained for an hour on two CPU cores to learn every word from many voices; the sample partition is
+# written in it (scripts/make_sample_data.py checks).
+ASR_VOCABULARY_WORDS = 500
+_WORD = re.compile(r"^[a-z]+$")
+
+
+@functools.lru_cache(maxsize=4)
+def common_words(n: int = 3000) -> tuple[str, ...]:
+    from wordfreq import top_n_list
+
+    words = [w for w in top_n_list("en", n * 2) if _WORD.match(w)]
+    return tuple(words[:n])
+
+
+def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS) -> set[str]:
+    """The words of `sentences` that are not among the N most common words (the ASR model's vocabulary)."""
+    return {word for sentence in sentences for word in sentence.split()} - set(common_words(n))
+
+
+def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000, lengths=(3, 12)) -> list[str]:
+    words = common_words(vocabulary)
+    ranks = np.arange(1, len(words) + 1)
+    weights = 1.0 / ranks**0.6  # flatter than Zipf: rare words still come up
+    weights /= weights.sum()
+    sentences, seen = [], set()
+    while len(sentences) < count:
+        n = int(rng.integers(lengths[0], lengths[1] + 1))
+        sentence = " ".join(words[i] for i in rng.choice(len(words), size=n, p=weights))
+        if sentence not in seen:
+            seen.add(sentence)
+            sentences.append(sentence)
+    return sentences
