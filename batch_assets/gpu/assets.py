@@ -103,7 +103,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
 def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
               shard: ShardSpec) -> ShardReport:
     with stop_requests() as stops:  # a stop signal Dagster's interrupt missed still stops the step, at a safe point
-        return run_shard(context, config, storage, gpu, ShardSpec.of(shard), stops)
+        return run_shard(context, config, storage, gpu, shard, stops)
 
 
 @dg.op(
