@@ -21,8 +21,9 @@ import time
 import uuid
 
 from batch_assets.exports.formats import FORMATS
-from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
 from batch_assets.partitions import SAMPLE_PARTITION
+from batch_assets.settings import reload_settings
 from batch_assets.storage import REPO_ROOT
 
 
@@ -218,12 +219,13 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
-def apply_run_settings(args: argparse.Namespace, environ=os.environ) -> None:
-    """Each `run` flag given sets its variable, for this process and the run's step processes."""
+def apply_run_settings(args: argparse.Namespace) -> None:
+    """Each `run` flag given sets its variable, for the run's step processes, and this process reads them again."""
     for flag, variable, _, _ in RUN_SETTINGS:
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
         if value is not None:
-            environ[variable] = value
+            os.environ[variable] = value
+    reload_settings()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,15 +6,14 @@ step (the shards and the assembly) gets its own pod with the `dagster-k8s/config
 Dagster's default multiprocess executor, which is what `dagster dev` and the tests use. dagster-k8s is imported only when selected.
 """
 
-from collections.abc import Mapping
-
 import dagster as dg
 
-from batch_assets.settings import env_choice
+from batch_assets.settings import Settings
 
 
-def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDefinition | None:
-    if env_choice("BATCH_ASSETS_EXECUTOR", "multiprocess", ("k8s", "multiprocess"), environ) == "multiprocess":
+def executor_for(settings: Settings) -> dg.ExecutorDefinition | None:
+    """The settings' executor (`BATCH_ASSETS_EXECUTOR`): None is Dagster's default, multiprocess."""
+    if settings.executor == "multiprocess":
         return None  # Dagster's default
     from dagster_k8s import k8s_job_executor
 

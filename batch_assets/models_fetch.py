@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pathlib
 
-from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
-
 
 def _folder_bytes(path) -> int:
     return sum(p.stat().st_size for p in pathlib.Path(path).rglob("*") if p.is_file() and not p.is_symlink())
@@ -23,10 +21,9 @@ def fetch_models() -> int:
 
     from batch_assets.gpu.loaded import load_models
     from batch_assets.models.builtin import cache_root
-    from batch_assets.settings import env_str
+    from batch_assets.settings import current_settings
 
-    asr = env_str("BATCH_ASSETS_ASR_MODEL", TINY_TDT)
-    pipeline = env_str("BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION)
+    asr, pipeline = current_settings().asr_model, current_settings().diarization_pipeline
     loaded = load_models(asr, pipeline, torch.device("cpu"))
     print(f"batch-assets: loaded {asr} and {pipeline} in {loaded.load_seconds:.1f} s")
     for name, path in (("HF_HOME hub cache", constants.HF_HUB_CACHE), ("BATCH_ASSETS_MODEL_CACHE", cache_root())):

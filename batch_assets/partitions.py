@@ -7,13 +7,13 @@ import warnings
 
 import dagster as dg
 
-from batch_assets.settings import env_day, env_int
+from batch_assets.settings import current_settings
 
 PARTITION_FORMAT = "%Y-%m-%d"
 SAMPLE_PARTITION = "2026-01-15"
 
 
-PARTITIONS_START_DATE = env_day("BATCH_ASSETS_PARTITIONS_START", "2026-01-01")
+PARTITIONS_START_DATE = current_settings().partitions_start  # BATCH_ASSETS_PARTITIONS_START
 daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE, timezone="UTC")
 
 # A backfill hands each run up to this many consecutive partitions: the GPU step loads its models once per
@@ -24,7 +24,7 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE
 # definitions that use them get their partitions and policy.
 warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy` of function", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
-BACKFILL_PARTITIONS_PER_RUN = env_int("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", 7, minimum=1, maximum=366)
+BACKFILL_PARTITIONS_PER_RUN = current_settings().backfill_partitions_per_run
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN)
 
 

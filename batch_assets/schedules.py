@@ -10,7 +10,7 @@ Off by default in a local `dagster dev`; deployments switch it on with BATCH_ASS
 import dagster as dg
 
 from batch_assets.jobs import transcribe_partition_job
-from batch_assets.settings import env_bool
+from batch_assets.settings import current_settings
 
 SCHEDULE_HOUR_UTC = 6
 
@@ -22,7 +22,7 @@ daily_transcription_schedule = dg.build_schedule_from_partitioned_job(
     description=f"Yesterday's partition, every day at {SCHEDULE_HOUR_UTC:02d}:00 UTC",
     default_status=(
         dg.DefaultScheduleStatus.RUNNING
-        if env_bool("BATCH_ASSETS_SCHEDULE_RUNNING", False)
+        if current_settings().schedule_running
         else dg.DefaultScheduleStatus.STOPPED
     ),
 )

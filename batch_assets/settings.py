@@ -1,26 +1,35 @@
-"""One strict parser for every setting read from an environment variable, and the resources' env sources.
+"""Every setting read from the environment: one frozen `Settings`, built once per process by one strict parser.
 
-Every variable the code reads goes through a parser here: integers, fractions, booleans, days, choices and
-strings. A value that does not parse, or lies outside the accepted range, raises an error that names the
-variable, what it held and what it accepts: a typo in a deployment must never silently mean something else
-(`0` runs per backfill, `yes` for a schedule that then stays off). The code location's settings are read once,
-when it loads (module constants and `definitions.build_resources`); two are read when a model loads, in the
-step that loads it: `BATCH_ASSETS_MODEL_CACHE` and `HF_TOKEN`. String settings of resources (URLs, model
-names, the device) become `dg.EnvVar`s when set (`env_or`), so the UI shows where a value came from and
-each run resolves it from its own environment; `batch_assets/definitions.py` builds every resource from
-them, in one place.
+`Settings` declares each variable the code reads, in one place: its field (typed), its variable(s), how it is
+parsed, its default and the README's row (`python -m batch_assets.settings` prints the table the README holds;
+`tests/test_readme_settings.py` fails when they differ). `current_settings()` builds it on first use and keeps
+it for the process: the code location reads it when it loads (the partitions, the config fields' defaults, the
+schedule, the executor and `definitions.build_resources`), and a step process reads the same values from the same
+environment. A value that does not parse, or lies outside the accepted range, stops it with an error naming
+every such variable, what it held and what it accepts: a typo in a deployment must never silently mean
+something else (`0` runs per backfill, `yes` for a schedule that then stays off). String settings of resources
+(URLs, model names, the device) become `dg.EnvVar`s when set (`Settings.resource_value`), so the UI shows where a
+value came from and each run resolves it from its own environment. `batch-assets run`'s flags set variables, then
+`reload_settings()`; nothing else changes the settings of a running process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import os
-from collections.abc import Mapping
-from typing import TypeVar
+import pathlib
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import dagster as dg
 
-T = TypeVar("T")
+from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
+from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
+from batch_assets.storage import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL
+from batch_assets.switches import SWITCHES
 
 
 class SettingError(ValueError):
@@ -91,6 +100,147 @@ def env_str(name: str, default: str | None = None, environ: Mapping[str, str] | 
     return _raw(name, environ) or default
 
 
-def env_or(name: str, default: T) -> dg.EnvVar | T:
-    """A resource field's source: `dg.EnvVar(name)` when the variable is set, else the default value."""
-    return dg.EnvVar(name) if _raw(name, None) is not None else default
+def env_path(name: str, default: pathlib.Path, environ: Mapping[str, str] | None = None) -> pathlib.Path:
+    """A folder (`~` expanded); unset or empty means `default`."""
+    raw = _raw(name, environ)
+    return default if raw is None else pathlib.Path(raw).expanduser()
+
+
+def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """Each switch's deployment default (`switches.SWITCHES`): unset or empty means the registry's default."""
+    return {s.name: env_bool(s.env_var, s.default, environ) for s in SWITCHES}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """How one `Settings` field is read: from the first of `names` that is set, by `parse(name, environ=...)`."""
+
+    names: tuple[str, ...]
+    parse: Callable[..., Any]  # one of the parsers above with its default (and range) bound
+    default_cell: str  # the README's default column
+    what: str  # the README's last column
+
+    def read(self, environ: Mapping[str, str]) -> Any:
+        name = next((n for n in self.names if _raw(n, environ) is not None), self.names[0])
+        return self.parse(name, environ=environ)
+
+    def readme_row(self) -> str:
+        return f"| {', '.join(f'`{n}`' for n in self.names)} | {self.default_cell} | {self.what} |"
+
+
+def _variable(names: str | tuple[str, ...], parse: Callable[..., Any], default_cell: str, what: str, **field) -> Any:
+    names = (names,) if isinstance(names, str) else names
+    return dataclasses.field(metadata={"variable": Variable(names, parse, default_cell, what)}, **field)
+
+
+def _p(parser: Callable[..., Any], *args: Any) -> Callable[..., Any]:
+    """`parser` with its default (and range) bound: called as `parse(name, environ=...)`."""
+    return lambda name, *, environ: parser(name, *args, environ=environ)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every variable the code reads (README: Configuration, generated from these fields)."""
+
+    source_url: str = _variable("BATCH_ASSETS_SOURCE_URL", _p(env_str, DEFAULT_SOURCE_URL), "`sample_data/audio` (checkout)",
+                                "audio root (folder or `s3://…`); partition = `{root}/YYYY-MM-DD/`")
+    storage_url: str = _variable("BATCH_ASSETS_STORAGE_URL", _p(env_str, DEFAULT_STORAGE_URL), "`storage/` (checkout)",
+                                 "root of every output table and array")
+    s3_endpoint_url: str | None = _variable("BATCH_ASSETS_S3_ENDPOINT_URL", _p(env_str), "none: AWS", "any S3 API (MinIO, …)")
+    s3_region: str | None = _variable(("AWS_REGION", "AWS_DEFAULT_REGION"), _p(env_str), "none: the AWS chain's",
+                                      "S3 region (`AWS_REGION` first)")
+    baseline_url: str | None = _variable("BATCH_ASSETS_BASELINE_URL", _p(env_str), "none",
+                                         "a baseline run's storage root: adds the `gate_against_baseline` check")
+    asr_model: str = _variable("BATCH_ASSETS_ASR_MODEL", _p(env_str, TINY_TDT), f"`{TINY_TDT}`",
+                               "NeMo TDT model: name, `.nemo` path or builtin")
+    diarization_pipeline: str = _variable("BATCH_ASSETS_DIARIZATION_PIPELINE", _p(env_str, TINY_DIARIZATION),
+                                          f"`{TINY_DIARIZATION}`", "pyannote pipeline: name, folder or builtin")
+    device: str = _variable("BATCH_ASSETS_DEVICE", _p(env_str, "auto"), "`auto`",
+                            "torch device: `auto`, `cpu`, `cuda`, `cuda:N`")
+    hf_token: str | None = _variable("HF_TOKEN", _p(env_str), "none",
+                                     "Hugging Face token for gated models (community-1); never shown", repr=False)
+    model_cache: pathlib.Path = _variable("BATCH_ASSETS_MODEL_CACHE",
+                                          _p(env_path, pathlib.Path.home() / ".cache" / "batch_assets" / "models"),
+                                          "`~/.cache/batch_assets/models`", "where the builtin models are built")
+    torch_threads: int = _variable("BATCH_ASSETS_TORCH_THREADS", _p(env_int, 0, 0, 1024), "0 (torch's default)",
+                                   "torch CPU threads, 0–1024")
+    word_confidence: bool = _variable("BATCH_ASSETS_WORD_CONFIDENCE", _p(env_bool, True), "true",
+                                      "the words' `score` from the TDT decoder (2–3 % of ASR seconds on CPU); `false`: null")
+    lock_dir: str = _variable("BATCH_ASSETS_LOCK_DIR", _p(env_str, DEFAULT_LOCK_DIR), "`batch_assets-locks` in the system temp dir",
+                              "per-device section locks, shared by all processes on a device")
+    tmp_dir: str | None = _variable("BATCH_ASSETS_TMP_DIR", _p(env_str), "system temp",
+                                    "where fetched objects are staged while probed")
+    backfill_partitions_per_run: int = _variable("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", _p(env_int, 7, 1, 366), "7",
+                                                 "partitions per backfill run (one model load each), 1–366")
+    shrink_guard_fraction: float = _variable("BATCH_ASSETS_SHRINK_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
+                                             "refuse a manifest below this share (0–1) of the current one's units")
+    degrade_guard_fraction: float = _variable(
+        "BATCH_ASSETS_DEGRADE_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
+        "refuse results that leave more than this share (0–1) of the units with transcripts `fetch_failed`, `failed`, "
+        "`changed_since_listed` or `undecodable`")
+    shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 14400, 60, 10**7), "14400",
+                                         "most audio seconds per GPU step (shard), 60–10,000,000")
+    partitions_start: str = _variable("BATCH_ASSETS_PARTITIONS_START", _p(env_day, "2026-01-01"), "2026-01-01",
+                                      "the first partition (YYYY-MM-DD)")
+    schedule_running: bool = _variable("BATCH_ASSETS_SCHEDULE_RUNNING", _p(env_bool, False), "false",
+                                       "`true`: the daily schedule starts on")
+    executor: str = _variable("BATCH_ASSETS_EXECUTOR", _p(env_choice, "multiprocess", ("k8s", "multiprocess")),
+                              "`multiprocess`", "`k8s`: one pod per step")
+    switch_defaults: Mapping[str, bool]  # each switch's deployment default (`switches.SWITCHES`), read-only
+    set_variables: frozenset[str] = dataclasses.field(default=frozenset(), repr=False)  # those set, not empty
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Every setting parsed; a `SettingError` naming each variable that does not parse (one line each)."""
+        environ = os.environ if environ is None else environ
+        values, errors = {}, []
+        for name, variable in variables().items():
+            try:
+                values[name] = variable.read(environ)
+            except SettingError as error:
+                errors.append(str(error))
+        try:
+            values["switch_defaults"] = types.MappingProxyType(read_switch_defaults(environ))
+        except SettingError as error:
+            errors.append(str(error))
+        if errors:
+            raise SettingError("\n".join(errors))
+        names = {n for v in variables().values() for n in v.names} | {s.env_var for s in SWITCHES}
+        return cls(**values, set_variables=frozenset(n for n in names if _raw(n, environ) is not None))
+
+    def resource_value(self, field: str) -> Any:
+        """A resource field's source: `dg.EnvVar` of the first of its variables that is set, else the default."""
+        name = next((n for n in variables()[field].names if n in self.set_variables), None)
+        return dg.EnvVar(name) if name is not None else getattr(self, field)
+
+
+def variables() -> dict[str, Variable]:
+    """Each `Settings` field read from one variable (or a list of them, the first set wins) -> how it is read."""
+    return {f.name: f.metadata["variable"] for f in dataclasses.fields(Settings) if "variable" in f.metadata}
+
+
+@functools.cache
+def current_settings() -> Settings:
+    """This process's settings: read from the environment on first use, then kept."""
+    return Settings.from_env()
+
+
+def reload_settings() -> Settings:
+    """Read again (after `batch-assets run`'s flags set their variables)."""
+    current_settings.cache_clear()
+    return current_settings()
+
+
+README_HEADER = "| variable | default | what it does |\n|---|---|---|"
+
+
+def readme_table() -> str:
+    """The README's table of our variables: the settings, then the switches."""
+    rows = [v.readme_row() for v in variables().values()]
+    rows += [f"| `{s.env_var}` | {str(s.default).lower()} | {s.description} ([kill switches](docs/gpu-section.md#kill-switches)) |"
+             for s in SWITCHES]
+    return "\n".join([README_HEADER, *rows])
+
+
+if __name__ == "__main__":
+    print(readme_table())

@@ -16,12 +16,12 @@ from pydantic import Field
 from batch_assets.dead_runs import free_dead_runs, record_process_identity
 from batch_assets.guards import degrade_problem, systemic_problem
 from batch_assets.lease import LeaseLost, PartitionLease
-from batch_assets.settings import env_fraction
+from batch_assets.settings import current_settings
 from batch_assets.storage import StorageConfigError, StorageResource
 
 GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
 # More than this share of the units with transcripts becoming fetch_failed/failed/changed_since_listed is refused.
-DEGRADE_GUARD_FRACTION = env_fraction("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", 0.5)
+DEGRADE_GUARD_FRACTION = current_settings().degrade_guard_fraction
 
 
 class DegradeConfig(dg.Config):

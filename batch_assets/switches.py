@@ -3,7 +3,8 @@
 Each lever but one is on by default: those change no result (the gate and the tests hold them to it).
 `half_precision_enabled` changes numbers (reduced precision), so it is off unless a deployment turns it on
 after the gate passes on its own audio. A default can be flipped for a whole deployment with an environment
-variable, read once when the code location loads (so every run launched from that location agrees),
+variable, read once when the code location loads (`Settings.switch_defaults` in `settings.py`, so every
+run launched from that location agrees),
 and each run can still override it in run config from the launchpad. A value other than
 "true"/"false" stops the code location from loading with an error naming the variable: a typo in a
 deployment must never silently turn a lever on or off.
@@ -13,15 +14,13 @@ the Helm values' env entries (`k8s/values.yaml`) and the table in docs/gpu-secti
 `tests/test_switches_registry.py` fails when any of them, or the typed core's `Levers`, disagrees. To add a
 lever: add a `Switch` here; a field to `LeverConfig` (`gpu/run_config.py`) and to `Levers` (`gpu/runner.py`),
 in the registry's order; the switch at its default in `GpuSectionConfig`'s YAML example; then paste
-`python -m batch_assets.switches` output into the values and docs/gpu-section.md.
+`python -m batch_assets.switches` output into the values and docs/gpu-section.md, and `python -m
+batch_assets.settings` output into the README's configuration table.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-
-from batch_assets.settings import env_bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,22 +60,12 @@ README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read on
                  "|---|---|---|")
 
 
-def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    """Unset or empty means the switch's default; "true"/"false" (any case); anything else is a `SettingError` naming
-    the variable."""
-    return {s.name: env_bool(s.env_var, s.default, environ) for s in SWITCHES}
-
-
 def readme_table() -> str:
     return "\n".join([README_HEADER, *(s.readme_row() for s in SWITCHES)])
 
 
 def helm_env() -> str:
     return "\n".join(line for s in SWITCHES for line in s.helm_env())
-
-
-# Read once, at code-location load.
-SWITCH_DEFAULTS: dict[str, bool] = read_switch_defaults()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,18 @@ real (tiny) NeMo and pyannote models; tests then read the real parquet outputs.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+# A CI clone builds the builtin models once per session (seconds); a developer's cache is left alone. Set before
+# anything imports batch_assets: the settings are read once per process (`settings.current_settings`).
+if "BATCH_ASSETS_MODEL_CACHE" not in os.environ:
+    os.environ["BATCH_ASSETS_MODEL_CACHE"] = tempfile.mkdtemp(prefix="batch_assets-model-cache-")
+    atexit.register(shutil.rmtree, os.environ["BATCH_ASSETS_MODEL_CACHE"], ignore_errors=True)
 
 import pathlib
 
@@ -34,10 +42,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _isolated_model_cache(tmp_path_factory) -> None:
-    # A CI clone builds the builtin models once per session (seconds); a developer's cache is left alone.
-    if "BATCH_ASSETS_MODEL_CACHE" not in os.environ:
-        os.environ["BATCH_ASSETS_MODEL_CACHE"] = str(tmp_path_factory.mktemp("model-cache"))
+def _torch_threads() -> None:
     import torch
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))

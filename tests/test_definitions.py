@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from batch_assets.definitions import defs
-from batch_assets.settings import SettingError, env_bool, env_fraction, env_int
-from batch_assets.switches import SWITCH_ENV_VARS, read_switch_defaults
+from batch_assets.settings import SettingError, env_bool, env_fraction, env_int, read_switch_defaults
+from batch_assets.switches import SWITCH_ENV_VARS
 
 ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
 

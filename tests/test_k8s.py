@@ -214,12 +214,13 @@ def test_helm_values_match_the_code():
 def test_k8s_executor_is_selected_by_env():
     from dagster_k8s import k8s_job_executor
 
-    from batch_assets.executor import executor_from_env
+    from batch_assets.executor import executor_for
+    from batch_assets.settings import Settings
 
-    assert executor_from_env({"BATCH_ASSETS_EXECUTOR": "k8s"}) is k8s_job_executor
-    assert executor_from_env({}) is None
+    assert executor_for(Settings.from_env({"BATCH_ASSETS_EXECUTOR": "k8s"})) is k8s_job_executor
+    assert executor_for(Settings.from_env({})) is None
     with pytest.raises(ValueError, match="BATCH_ASSETS_EXECUTOR"):
-        executor_from_env({"BATCH_ASSETS_EXECUTOR": "kubernetes please"})
+        Settings.from_env({"BATCH_ASSETS_EXECUTOR": "kubernetes please"})
 
 
 def test_dockerfile_builds_the_code_location_on_a_cuda_base():

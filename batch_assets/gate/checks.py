@@ -19,7 +19,7 @@ from pydantic import Field
 
 from batch_assets.gate.compare import gate
 from batch_assets.partitions import daily_partitions
-from batch_assets.settings import env_str
+from batch_assets.settings import current_settings
 from batch_assets.storage import StorageResource
 
 
@@ -125,6 +125,6 @@ def gate_against_baseline(
     return each_partition(context, gate_one)
 
 
-BASELINE_CONFIGURED = bool(env_str("BATCH_ASSETS_BASELINE_URL"))
+BASELINE_CONFIGURED = bool(current_settings().baseline_url)
 transcripts_checks = [units_accounted_for, partition_has_audio, no_words_on_silent_units,
                       *([gate_against_baseline] if BASELINE_CONFIGURED else [])]

@@ -17,7 +17,7 @@ from pydantic import Field, PrivateAttr
 
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
-from batch_assets.models.builtin import TINY_DIARIZATION, TINY_TDT
+from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
 
 _LOADED: dict[tuple, LoadedModels] = {}
 _QUARANTINE: list[str] = []

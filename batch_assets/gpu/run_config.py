@@ -10,19 +10,19 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.ingest.flights import DECODE_BUDGET_S
-from batch_assets.settings import env_int
+from batch_assets.settings import current_settings
 from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
 from batch_assets.steps import DegradeConfig, lease_wait_field
-from batch_assets.switches import SWITCH_DEFAULTS, SWITCHES
+from batch_assets.switches import SWITCHES
 from batch_assets.windows import LINK_THRESHOLD
 
-SHARD_AUDIO_SECONDS = env_int("BATCH_ASSETS_SHARD_AUDIO_SECONDS", 14400, minimum=60, maximum=10**7)
+SHARD_AUDIO_SECONDS = current_settings().shard_audio_seconds
 
 
 def _switch_field(name: str):
     """A lever's run config field: its default and description come from the registry (`switches.py`)."""
     switch = next(s for s in SWITCHES if s.name == name)
-    return Field(default=SWITCH_DEFAULTS[name], description=f"{switch.description} (env default {switch.env_var})")
+    return Field(default=current_settings().switch_defaults[name], description=f"{switch.description} (env default {switch.env_var})")
 
 
 class LeverConfig(dg.Config):

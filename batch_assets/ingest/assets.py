@@ -19,7 +19,7 @@ from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
 from batch_assets.lease import PartitionLease
 from batch_assets.partitions import backfill_policy, daily_partitions
-from batch_assets.settings import env_fraction
+from batch_assets.settings import current_settings
 from batch_assets.steps import (
     GPU_ASSET_KEYS,
     DegradeConfig,
@@ -36,7 +36,7 @@ from batch_assets.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, 
 
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
-SHRINK_GUARD_FRACTION = env_fraction("BATCH_ASSETS_SHRINK_GUARD_FRACTION", 0.5)
+SHRINK_GUARD_FRACTION = current_settings().shrink_guard_fraction
 
 
 class FetchConfig(DegradeConfig):

@@ -25,7 +25,7 @@ from batch_assets.fs_paths import is_local, protocol
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.results import ResultClass
-from batch_assets.settings import env_str
+from batch_assets.settings import current_settings
 from batch_assets.speaker_hints import MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, HintError, parse_sidecar
 
 MANIFEST_SCHEMA = {
@@ -45,7 +45,6 @@ MANIFEST_SCHEMA = {
     "hint_problem": pl.String,
 }
 SKIPPED_SCHEMA = {"source_uri": pl.String, "relative_key": pl.String, "reason": pl.String}
-TMP_DIR = env_str("BATCH_ASSETS_TMP_DIR")  # where objects are staged while probed (default: system temp)
 
 
 def list_partition(fs, partition_path: str) -> list[str]:
@@ -105,7 +104,7 @@ def describe_object(
     problem = refused or key_problem(rel)
     if problem:
         return row | {"result_class": ResultClass.REJECTED_KEY, "reason": problem}
-    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=TMP_DIR) as staged:
+    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=current_settings().tmp_dir) as staged:
         try:
             size, sha256 = download(fs, path, staged, retries, confine_to=partition_path)
         except FetchError as error:

@@ -33,8 +33,8 @@ import polars as pl
 from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
-from batch_assets.ingest.manifest import TMP_DIR
 from batch_assets.results import ResultClass, truncation
+from batch_assets.settings import current_settings
 from batch_assets.windows import WindowSpec, split_windows
 
 PLAN_SCHEMA = {
@@ -61,7 +61,7 @@ def _staged_unit(fs, source_path: str, row: dict, retries: RetryPolicy) -> Itera
     rel = row["relative_key"]
     if not source_path.endswith("/" + rel):
         raise ChangedSinceListed(f"{source_path!r} does not end with its key {rel!r}")
-    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=TMP_DIR) as staged:
+    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=current_settings().tmp_dir) as staged:
         size, sha256 = download(fs, source_path, staged, retries, confine_to=source_path[: -len(rel) - 1])
         if (size, sha256) != (row["bytes"], row["sha256"]):
             raise ChangedSinceListed(f"changed since listed: now {size} bytes, sha256 {sha256[:16]}…; listed "

@@ -19,11 +19,9 @@ from collections.abc import Callable
 import filelock
 import yaml
 
-from batch_assets.settings import env_str
+from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
+from batch_assets.settings import current_settings
 
-BUILTIN_PREFIX = "builtin:"
-TINY_TDT = "builtin:tiny-tdt"
-TINY_DIARIZATION = "builtin:tiny-diarization"
 BUILTIN_SEED = 20260115
 
 WEIGHTS_DIR = pathlib.Path(__file__).resolve().parent / "weights"
@@ -41,12 +39,8 @@ EMBEDDING_DIMENSION = 64
 
 
 def cache_root() -> pathlib.Path:
-    """BATCH_ASSETS_MODEL_CACHE, read when a model is built (the tests point it at their own folder)."""
-    return pathlib.Path(env_str("BATCH_ASSETS_MODEL_CACHE") or pathlib.Path.home() / ".cache" / "batch_assets" / "models")
-
-
-def is_builtin(name: str) -> bool:
-    return name.startswith(BUILTIN_PREFIX)
+    """Where the builtin models are built: the settings' `model_cache` (BATCH_ASSETS_MODEL_CACHE)."""
+    return current_settings().model_cache
 
 
 def fingerprint(*parts: object) -> str:

@@ -15,13 +15,14 @@ import pathlib
 
 from batch_assets.models import builtin, production_shaped
 from batch_assets.models.environment import quiet_model_libraries
-from batch_assets.settings import env_str
+from batch_assets.models.names import is_builtin
+from batch_assets.settings import current_settings
 
 
 def _local_or_name(name: str) -> str | pathlib.Path:
     if name == production_shaped.COMMUNITY1_SHAPED:
         return production_shaped.community1_shaped_path()
-    if builtin.is_builtin(name):
+    if is_builtin(name):
         return builtin.resolve(name)
     path = pathlib.Path(name).expanduser()
     return path if path.exists() else name
@@ -47,7 +48,7 @@ def load_diarization_pipeline(name: str, device, segmentation_batch_size: int, e
     from pyannote.audio import Pipeline
 
     source = _local_or_name(name)
-    token = env_str("HF_TOKEN") if not isinstance(source, pathlib.Path) else None
+    token = current_settings().hf_token if not isinstance(source, pathlib.Path) else None
     pipeline = Pipeline.from_pretrained(source, token=token)
     if pipeline is None:
         raise RuntimeError(f"could not load diarization pipeline {name!r} (gated model without HF_TOKEN?)")

@@ -1,0 +1,78 @@
+"""The one `Settings` object: every bad variable named at once, the token never shown, resources built from it,
+and `batch-assets run`'s flags reaching the process that set them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from batch_assets.cli import RUN_SETTINGS
+from batch_assets.definitions import build_resources
+from batch_assets.settings import SettingError, Settings, variables
+
+
+def test_every_bad_variable_is_named_in_one_error():
+    bad = {"BATCH_ASSETS_TORCH_THREADS": "-1", "BATCH_ASSETS_PARTITIONS_START": "15.01.2026",
+           "BATCH_ASSETS_EXECUTOR": "kubernetes", "BATCH_PIPELINE_HOST_OVERLAP_ENABLED": "yes"}
+    with pytest.raises(SettingError) as raised:
+        Settings.from_env(bad)
+    lines = str(raised.value).splitlines()
+    assert sorted(line.split("=", 1)[0] for line in lines) == sorted(bad)
+    assert "BATCH_ASSETS_PARTITIONS_START='15.01.2026' is not a day: use YYYY-MM-DD (e.g. 2026-01-01)" in lines
+
+
+def test_defaults_and_values_are_typed():
+    default, given = Settings.from_env({}), Settings.from_env({
+        "BATCH_ASSETS_SHARD_AUDIO_SECONDS": " 600 ", "BATCH_ASSETS_MODEL_CACHE": "~/models",
+        "AWS_DEFAULT_REGION": "eu-west-1", "BATCH_ASSETS_EXECUTOR": "K8S", "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true"})
+    assert (default.shard_audio_seconds, given.shard_audio_seconds) == (14400, 600)
+    assert given.model_cache == pathlib.Path("~/models").expanduser()
+    assert (default.s3_region, given.s3_region, given.executor) == (None, "eu-west-1", "k8s")
+    assert (default.switch_defaults["half_precision_enabled"], given.switch_defaults["half_precision_enabled"]) == (False, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        given.shard_audio_seconds = 1  # type: ignore[misc]
+
+
+def test_the_token_is_never_shown():
+    settings = Settings.from_env({"HF_TOKEN": "hf_secret_value"})
+    assert settings.hf_token == "hf_secret_value"
+    assert "hf_secret_value" not in repr(settings) and "hf_secret_value" not in str(settings)
+
+
+def test_resource_strings_come_from_their_variable_when_set():
+    set_ = build_resources(Settings.from_env({"BATCH_ASSETS_SOURCE_URL": "s3://b/audio", "AWS_DEFAULT_REGION": "eu",
+                                              "BATCH_ASSETS_DEVICE": "cpu"}))
+    unset = build_resources(Settings.from_env({}))
+    assert isinstance(set_["storage"].source_url, dg.EnvVar) and set_["storage"].source_url.env_var_name == "BATCH_ASSETS_SOURCE_URL"
+    assert set_["storage"].s3_region.env_var_name == "AWS_DEFAULT_REGION"  # the first of its variables that is set
+    assert set_["gpu"].device.env_var_name == "BATCH_ASSETS_DEVICE"
+    assert not isinstance(unset["storage"].source_url, dg.EnvVar) and unset["gpu"].device == "auto"
+    assert unset["storage"].source_url == Settings.from_env({}).source_url and unset["baseline"].storage_url == ""
+
+
+def test_each_run_flag_sets_a_settings_variable():
+    ours = {n for v in variables().values() for n in v.names}
+    assert {variable for _, variable, _, _ in RUN_SETTINGS} <= ours
+
+
+def test_run_flags_reach_the_settings_of_the_process_that_set_them(tmp_path):
+    """`batch-assets run --source ... --asr-model ...`: the CLI read its settings when it was imported; the flags set
+    the variables afterwards, and the storage it prints its summary from must be the one the run writes to."""
+    code = ("import argparse, batch_assets.cli as cli\n"
+            "from batch_assets.settings import current_settings\n"
+            "before = current_settings().source_url\n"
+            f"cli.apply_run_settings(argparse.Namespace(source={str(tmp_path)!r}, storage=None, asr_model='m', "
+            "diarization_pipeline=None, device=None))\n"
+            "from batch_assets.definitions import storage_from_env\n"
+            "print(before); print(storage_from_env().source_url); print(current_settings().asr_model)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("BATCH_ASSETS_SOURCE_URL", "BATCH_ASSETS_ASR_MODEL")}
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    before, source, asr = probe.stdout.split()
+    assert before != str(tmp_path) and (source, asr) == (str(tmp_path), "m")
