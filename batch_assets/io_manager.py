@@ -32,11 +32,19 @@ class StorageJsonIOManager(dg.ConfigurableIOManager):
         self.storage.write_bytes(self._url(context), json.dumps(to_json(obj)).encode())
 
     def load_input(self, context: dg.InputContext):
-        value = from_json(json.loads(self.storage.read_bytes(self._url(context.upstream_output))))
-        expected = getattr(context.dagster_type, "typing_type", None)
-        if isinstance(value, dict) and expected in VALUE_TYPES.values():  # written untagged, by an older deploy
-            return expected.of(value)
+        upstream = context.upstream_output
+        value = from_json(json.loads(self.storage.read_bytes(self._url(upstream))))
+        if isinstance(value, dict) and (written_as := _declared_type(upstream)) in VALUE_TYPES.values():
+            return written_as.of(value)  # written untagged, by an older deploy: the type its step declares now
         return value
+
+
+def _declared_type(output: dg.OutputContext) -> type | None:
+    """The Python type the upstream step declares for this output (the same for a fan-in list's every item)."""
+    try:
+        return getattr(output.dagster_type, "typing_type", None)
+    except dg.DagsterInvariantViolationError:  # an output context built without its type (none in a run)
+        return None
 
 
 def discard_run_values(storage: StorageResource, instance: dg.DagsterInstance, recent: int = 1000) -> list[str]:

@@ -7,7 +7,7 @@ import json
 
 import dagster as dg
 
-from batch_assets.gpu.assets import gpu_shard
+from batch_assets.gpu.assets import assemble_gpu_tables, gpu_shard, plan_gpu_shards
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec, from_json, to_json
 from batch_assets.io_manager import StorageJsonIOManager
 from batch_assets.storage import StorageResource
@@ -34,15 +34,27 @@ def test_an_older_deploys_plain_dicts_read_as_the_types():
     assert (report.shards, report.taken_over, report.shard) == (1, [], "finish")
 
 
-def test_the_io_manager_reads_an_untagged_spec_as_a_shard_spec(tmp_path):
-    storage = StorageResource(source_url=str(tmp_path / "source"), storage_url=str(tmp_path / "storage"))
-    manager = StorageJsonIOManager(storage=storage)
-    key = dg.AssetKey("x")
-    out = dg.build_output_context(step_key="gpu_section.plan_gpu_shards", name="result", mapping_key="20260115_s001",
-                                  run_id="r1", asset_key=key)
-    manager.handle_output(out, SPEC)
-    assert json.loads(storage.read_bytes(manager._url(out)))["__type__"] == "ShardSpec"
-    storage.write_bytes(manager._url(out), json.dumps({k: v for k, v in to_json(SPEC).items() if k != "__type__"}).encode())
-    shard_input = gpu_shard.ins["shard"].dagster_type  # what the shard step's input is typed as
-    loaded = manager.load_input(dg.build_input_context(upstream_output=out, dagster_type=shard_input))
+def _write_untagged(manager: StorageJsonIOManager, step: dg.OpDefinition, value, mapping_key: str | None = None):
+    """`value` written by `step` as an older deploy did (no type tag); the output context carries the type the step
+    declares now, as a run's does."""
+    out = dg.build_output_context(step_key=f"gpu_section.{step.name}", name="result", mapping_key=mapping_key, run_id="r1",
+                                  asset_key=dg.AssetKey("x"), dagster_type=step.output_defs[0].dagster_type)
+    manager.handle_output(out, value)
+    assert json.loads(manager.storage.read_bytes(manager._url(out)))["__type__"] == type(value).__name__
+    manager.storage.write_bytes(manager._url(out), json.dumps({k: v for k, v in to_json(value).items() if k != "__type__"}).encode())
+    return out
+
+
+def test_the_io_manager_reads_untagged_values_as_the_types_their_steps_declare(tmp_path):
+    manager = StorageJsonIOManager(storage=StorageResource(source_url=str(tmp_path / "source"),
+                                                           storage_url=str(tmp_path / "storage")))
+    spec_out = _write_untagged(manager, plan_gpu_shards, SPEC, "20260115_s001")
+    loaded = manager.load_input(dg.build_input_context(upstream_output=spec_out, dagster_type=gpu_shard.ins["shard"].dagster_type))
     assert loaded == SPEC
+    # the assembly's fan-in: each report is loaded alone, with its own upstream output's type
+    report_out = _write_untagged(manager, gpu_shard, REPORT, "20260115_s001")
+    reports_in = assemble_gpu_tables.ins["reports"].dagster_type
+    loaded = manager.load_input(dg.build_input_context(upstream_output=report_out, dagster_type=reports_in))
+    assert loaded == REPORT
+    assert reports_in.type_check(dg.build_op_context(), [loaded]).success
+    assert not reports_in.type_check(dg.build_op_context(), [to_json(REPORT)]).success  # a dict is refused

@@ -107,7 +107,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
 
 
 @dg.op(
-    ins={"reports": dg.In(list)},
+    ins={"reports": dg.In(list[ShardReport])},
     out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
     pool=GPU_POOL,
     tags={"dagster-k8s/config": GPU_K8S_CONFIG},
@@ -116,13 +116,12 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     "partition's three tables from the commits and replace them atomically",
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
-                        gpu: GpuResource, reports: list):
+                        gpu: GpuResource, reports: list[ShardReport]):
     partitions = list(context.partition_keys)
-    shard_reports = [ShardReport.of(r) for r in reports]
     with stop_requests() as stops:  # as in gpu_shard: it may process flights too
         record_process_identity(context)
         for partition in partitions:
-            assemble_one(context, config, storage, gpu, [r for r in shard_reports if r.partition == partition], partition,
+            assemble_one(context, config, storage, gpu, [r for r in reports if r.partition == partition], partition,
                          len(partitions), stops)
     try:  # housekeeping: never fails a step whose partitions are written
         removed = discard_run_values(storage, context.instance)
