@@ -21,9 +21,8 @@ import time
 import uuid
 
 from batch_assets.exports.formats import FORMATS
-from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
 from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.settings import reload_settings
+from batch_assets.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
 from batch_assets.storage import REPO_ROOT
 
 
@@ -37,14 +36,16 @@ def _summary(storage, partition: str) -> str:
         duration = f"{row['duration_s']:.1f}s" if row["duration_s"] is not None else "-"
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
         text = (row["text"] or row["reason"] or "")[:70]
-        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} spk={speakers} words={row['num_words']:<4d} {text}")
+        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} spk={speakers} "
+                     f"words={row['num_words']:<4d} {text}")
     by_class = units.group_by("result_class").len().sort("result_class")
     lines.append("  by class: " + ", ".join(f"{r['result_class']}={r['len']}" for r in by_class.iter_rows(named=True)))
     first = words.filter(pl.col("unit_id") == words["unit_id"][0]).head(12) if len(words) else words
     if len(first):
         lines.append(f"  first words of {first['unit_id'][0]}: " + " ".join(
             f"[{r['speaker']} {r['start_s']:.2f}] {r['word']}" for r in first.iter_rows(named=True)))
-    lines.append(f"  tables under {storage.storage_url}/{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/, "
+    lines.append(f"  tables under {storage.storage_url}/"
+                 f"{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/, "
                  f"files under {storage.output_url('transcript_exports', partition)}/")
     return "\n".join(lines)
 
@@ -101,8 +102,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         print(f"batch-assets: {error}", file=sys.stderr)
         return 2
     if last is not None and last < partition:
-        print(f"batch-assets: --through {last} is before --partition {partition}: give the first day to --partition and "
-              "the last to --through", file=sys.stderr)
+        print(f"batch-assets: --through {last} is before --partition {partition}: give the first day to "
+              "--partition and the last to --through", file=sys.stderr)
         return 2
     if units and last is not None:
         print("batch-assets: --units reruns some units of one partition: drop --through", file=sys.stderr)
@@ -146,7 +147,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         emit("next:")
         emit(f"  batch-assets show --partition {first}                        speaker-attributed transcripts")
         emit(f"  batch-assets export --partition {first} --format all --out exports/   SRT, WebVTT, text, JSON, RTTM")
-        emit("  make dev                                                          the UI (http://127.0.0.1:3000), this run in it")
+        emit("  make dev                                                          "
+             "the UI (http://127.0.0.1:3000), this run in it")
         if log_path:
             emit(f"  less {log_path}")
     return 0
@@ -174,7 +176,8 @@ def show(partition: str, unit: str | None = None) -> int:
     except (PartitionKeyError, FileNotFoundError, KeyError) as error:
         print(f"batch-assets: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
         return 2
-    print(f"partition {partition}: {len(units)} units, {len(words)} words ({storage.output_url('transcripts', partition)})\n")
+    print(f"partition {partition}: {len(units)} units, {len(words)} words "
+          f"({storage.output_url('transcripts', partition)})\n")
     for block in blocks:
         print("\n".join(block) + "\n")
     return 0
@@ -202,37 +205,12 @@ def export(partition: str, unit: str | None, format_: str, out: str) -> int:
     return 0
 
 
-# `run` flags that set a variable the resources read (README: Configuration): flag, variable, default, what
-RUN_SETTINGS = (
-    ("--source", "BATCH_ASSETS_SOURCE_URL", "the bundled sample_data/audio", "root of the audio: a folder or s3://bucket/prefix"),
-    ("--storage", "BATCH_ASSETS_STORAGE_URL", "storage/ in the checkout", "root of every output table and array: a folder or s3://..."),
-    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", TINY_TDT, f"NeMo TDT model: a name, a .nemo path or {TINY_TDT}"),
-    ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION,
-     f"pyannote pipeline: a name, a folder or {TINY_DIARIZATION}"),
-    ("--device", "BATCH_ASSETS_DEVICE", "auto", "auto, cpu, cuda or cuda:N"),
-)
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return int(text)
-
-
-def apply_run_settings(args: argparse.Namespace) -> None:
-    """Each `run` flag given sets its variable, for the run's step processes, and this process reads them again."""
-    for flag, variable, _, _ in RUN_SETTINGS:
-        value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None:
-            os.environ[variable] = value
-    reload_settings()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="materialize all six assets for one partition and print a summary")
-    run_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    run_parser.add_argument("--partition", default=SAMPLE_PARTITION,
+                            help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     run_parser.add_argument("--through", help="YYYY-MM-DD: run every partition from --partition to this one in one run")
     for flag, variable, default, what in RUN_SETTINGS:
         run_parser.add_argument(flag, metavar=variable.removeprefix("BATCH_ASSETS_").split("_")[-1],
@@ -242,27 +220,34 @@ def main(argv: list[str] | None = None) -> int:
                             "the GPU assets and the exports run, every other unit's rows are kept")
     for hint, what in (("num-speakers", "exactly N"), ("min-speakers", "at least N"), ("max-speakers", "at most N")):
         run_parser.add_argument(f"--{hint}", type=positive_int, metavar="N",
-                                help=f"{what} speakers in every unit without a sidecar (gpu_section's {hint.replace('-', '_')})")
+                                help=f"{what} speakers in every unit without a sidecar "
+                                f"(gpu_section's {hint.replace('-', '_')})")
     run_parser.add_argument("--verbose", action="store_true",
                             help="show Dagster's event log and library warnings live instead of in the log file")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
     run_parser.add_argument("--allow-degrade", action="store_true",
                             help="publish even if most units with transcripts would become fetch_failed, failed, "
-                            "changed_since_listed or undecodable (or every unit of a first-time day fails for one reason)")
+                            "changed_since_listed or undecodable (or every unit of a first-time day fails "
+                            "for one reason)")
     show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
-    show_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    show_parser.add_argument("--partition", default=SAMPLE_PARTITION,
+                             help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     show_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
-    export_parser = sub.add_parser("export", help="write a partition's transcripts as SRT, WebVTT, text, JSON or RTTM files")
-    export_parser.add_argument("--partition", default=SAMPLE_PARTITION, help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
+    export_parser = sub.add_parser("export",
+                                   help="write a partition's transcripts as SRT, WebVTT, text, JSON or RTTM files")
+    export_parser.add_argument("--partition", default=SAMPLE_PARTITION,
+                               help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
     export_parser.add_argument("--unit", help="only this unit (unit_id or its key under the partition folder)")
     export_parser.add_argument("--format", default="all", choices=[*FORMATS, "all"])
-    export_parser.add_argument("--out", default="exports", help="folder to write {unit_id}.{format} into (default: exports)")
+    export_parser.add_argument("--out", default="exports",
+                               help="folder to write {unit_id}.{format} into (default: exports)")
     dev_parser = sub.add_parser("dev", help="dagster dev (webserver + daemon) that stops cleanly on Ctrl-C or SIGTERM")
     dev_parser.add_argument("--host", default="127.0.0.1")
     dev_parser.add_argument("--port", type=int, default=3000)
     models_parser = sub.add_parser("models", help="the model caches")
-    models_parser.add_argument("action", choices=["fetch"], help="fetch: load the configured models once, filling the caches")
+    models_parser.add_argument("action", choices=["fetch"],
+                               help="fetch: load the configured models once, filling the caches")
     args = parser.parse_args(argv)
     if args.command == "models":
         from batch_assets.models_fetch import fetch_models
@@ -277,23 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         return export(args.partition, args.unit, args.format, args.out)
     apply_run_settings(args)
-    hints = {key: getattr(args, key) for key in ("num_speakers", "min_speakers", "max_speakers") if getattr(args, key) is not None}
+    hints = {key: getattr(args, key) for key in ("num_speakers", "min_speakers", "max_speakers")
+             if getattr(args, key) is not None}
     return run(args.partition, args.through, run_config_of(args.allow_shrink, args.allow_degrade, args.units, hints),
                args.verbose, args.units)
-
-
-def run_config_of(allow_shrink: bool, allow_degrade: bool, units: list[str] | None = None, hints: dict | None = None) -> dict | None:
-    """The run config the flags ask for (`--allow-shrink`, `--allow-degrade`, `--units`, speaker hints), or None.
-    A `units` rerun runs no ingest step, so the ingest guards' flags apply to the GPU section's alone."""
-    ops: dict = {}
-    for key, value in (({"units": units} if units else {}) | (hints or {})).items():
-        ops.setdefault("gpu_section", {"config": {}})["config"][key] = value
-    if allow_shrink and not units:
-        ops.setdefault("fetched_audio", {"config": {}})["config"]["allow_shrink"] = True
-    if allow_degrade:
-        for op in ("gpu_section",) if units else ("fetched_audio", "prepared_flights", "gpu_section"):
-            ops.setdefault(op, {"config": {}})["config"]["allow_degrade"] = True
-    return {"ops": ops} if ops else None
 
 
 if __name__ == "__main__":

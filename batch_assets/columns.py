@@ -12,7 +12,8 @@ import polars as pl
 
 COLUMN_DESCRIPTIONS: dict[str, str] = {
     "day": "The daily partition the row belongs to",
-    "unit_id": "Stable, file-name-safe id of the unit: its key under the partition folder, '/' as '__' (a slug and a sha256 prefix when that key cannot be one)",
+    "unit_id": "Stable, file-name-safe id of the unit: its key under the partition folder, '/' as '__' (a slug and a "
+               "sha256 prefix when that key cannot be one)",
     "source_uri": "Where the audio object was read from",
     "relative_key": "The object's path under {source}/YYYY-MM-DD/",
     "bytes": "Size of the object in bytes",
@@ -48,7 +49,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "exclusive": "False: the diarization with overlaps; true: the exclusive one used to attribute words",
     "embedding": "The speaker's embedding (centroid) within the unit",
     "segmentation": "How diarization got its segmentation scores ('reused' from VAD, or computed)",
-    "embedding_path": "How the embeddings were computed: 'shared trunk' (one trunk forward per chunk), or 'stock' with the reason",
+    "embedding_path": "How the embeddings were computed: 'shared trunk' (one trunk forward per chunk), "
+                      "or 'stock' with the reason",
     "num_speakers": "Speakers found in the unit",
     "num_words": "Words transcribed in the unit",
     "text": "The words joined: the unit's (units table) or the speaker turn's (segments table)",

@@ -11,10 +11,10 @@ worker and its step processes) is gone: no such process, a zombie, or (for the p
 this project's steps recorded: each step's own and its parent's, the run worker) another process that
 reused the pid, told apart by its start time in clock ticks since boot and the boot id from `/proc`.
 Wall-clock time is never compared, so a clock step cannot declare a live run dead; a pid known only to
-Dagster counts as alive while any process has it. Such a run is reported failed (with the reason, in its own log) and its slots are freed. Called
-before `batch-assets run` launches, at the start of the ingest steps (so the new run's log says so), and
-by the `free_dead_runs` sensor every 30 s under `dagster dev` / the daemon. Runs on another kind of
-instance (Postgres, Kubernetes) are left to Dagster's run monitoring.
+Dagster counts as alive while any process has it. Such a run is reported failed (with the reason, in its own
+log) and its slots are freed. Called before `batch-assets run` launches, at the start of the ingest steps (so
+the new run's log says so), and by the `free_dead_runs` sensor every 30 s under `dagster dev` / the daemon.
+Runs on another kind of instance (Postgres, Kubernetes) are left to Dagster's run monitoring.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def record_process_identity(context) -> None:
             continue
         context.instance.report_engine_event(
             f"{IDENTITY_EVENT}: pid {pid}", context.run,
-            EngineEventData({"pid": dg.MetadataValue.int(pid), "pid_start_ticks": dg.MetadataValue.int(identity["start_ticks"]),
+            EngineEventData({"pid": dg.MetadataValue.int(pid),
+                                "pid_start_ticks": dg.MetadataValue.int(identity["start_ticks"]),
                                 "boot_id": dg.MetadataValue.text(identity["boot_id"])}),
         )
 
@@ -132,7 +133,8 @@ def free_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], object] = 
 
 
 @dg.sensor(name="free_dead_runs", minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Fails local runs whose processes died and frees their gpu pool slots (see batch_assets.dead_runs)")
+           description="Fails local runs whose processes died and frees their gpu pool slots "
+           "(see batch_assets.dead_runs)")
 def free_dead_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     freed = free_dead_runs(context.instance, context.log.warning)
     return dg.SkipReason(f"freed the slots of dead runs {freed}" if freed else "no dead runs")

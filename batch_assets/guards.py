@@ -75,7 +75,8 @@ def degrade_problem(previous: pl.DataFrame | None, new: pl.DataFrame, fraction: 
     had_words = set(previous.filter(pl.col("result_class").is_in(WITH_WORDS))["source_uri"].to_list())
     if not had_words:
         return None
-    lost = [r for r in new.iter_rows(named=True) if r["source_uri"] in had_words and r["result_class"] in DEGRADED_CLASSES]
+    lost = [r for r in new.iter_rows(named=True)
+            if r["source_uri"] in had_words and r["result_class"] in DEGRADED_CLASSES]
     if not lost or len(lost) <= fraction * len(had_words):
         return None
     by_class = dict(sorted(collections.Counter(r["result_class"] for r in lost).items()))

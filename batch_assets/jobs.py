@@ -21,6 +21,7 @@ all_assets = [fetched_audio, prepared_flights, gpu_section, transcript_exports]
 transcribe_partition_job = dg.define_asset_job(
     "transcribe_partition",
     selection=dg.AssetSelection.assets(*all_assets),  # includes their checks
-    description="Fetch, prepare, run the GPU section (VAD -> diarization -> ASR) and export the transcripts for one daily partition.",
+    description="Fetch, prepare, run the GPU section (VAD -> diarization -> ASR) and export the transcripts for one "
+    "daily partition.",
     tags={"dagster/max_retries": "2", "dagster/retry_strategy": "FROM_FAILURE"},
 )

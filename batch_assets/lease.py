@@ -48,10 +48,10 @@ class LeaseLost(Exception):
     """This holder's generation is no longer the partition's lease: it must not write."""
 
     def __init__(self, partition: str, holder: str, why: str):
-        super().__init__(f"partition {partition}: run {holder} no longer holds the partition's lease ({why}); it writes "
-                         "nothing more. Either another run took the partition over (this one was presumed dead, or paused "
-                         "past its lease's ttl) or a failed step of this run gave the lease up: rerun the partition once "
-                         "no other run is writing it")
+        super().__init__(f"partition {partition}: run {holder} no longer holds the partition's lease ({why}); it "
+                         "writes nothing more. Either another run took the partition over (this one was presumed "
+                         "dead, or paused past its lease's ttl) or a failed step of this run gave the lease up: rerun "
+                         "the partition once no other run is writing it")
 
 
 class LeaseHeld(Exception):
@@ -59,8 +59,9 @@ class LeaseHeld(Exception):
 
     def __init__(self, partition: str, holder: str, waited_s: float):
         self.partition, self.holder = partition, holder
-        super().__init__(f"partition {partition} is being written by run {holder} (waited {waited_s:.0f} s): wait for that "
-                         "run to finish, or cancel it, then rerun; two runs must not write one partition at once")
+        super().__init__(f"partition {partition} is being written by run {holder} (waited {waited_s:.0f} s): wait "
+                         "for that run to finish, or cancel it, then rerun; two runs must not write one partition "
+                         "at once")
 
 
 _LOST_RACE = {"PreconditionFailed", "ConditionalRequestConflict"}
@@ -82,7 +83,8 @@ def _exclusive_create(fs, path: str, data: bytes) -> bool:
         fs.invalidate_cache(posixpath.dirname(path))
         return True
     if not is_local(fs):
-        raise NotImplementedError(f"partition leases need an exclusive create: local folders and S3 only, not {protocol(fs)}://")
+        raise NotImplementedError("partition leases need an exclusive create: local folders and S3 only, not "
+                                  f"{protocol(fs)}://")
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
     with open(tmp, "wb") as handle:  # whole and on disk before it is visible: a crash leaves no half record
@@ -121,7 +123,8 @@ class PartitionLease:
     def _current(self) -> tuple[int, dict | None]:
         self.fs.invalidate_cache(self.root)
         try:
-            names = sorted(p for p in self.fs.ls(self.root, detail=False) if _GENERATION.fullmatch(posixpath.basename(p)))
+            names = sorted(p for p in self.fs.ls(self.root, detail=False)
+                           if _GENERATION.fullmatch(posixpath.basename(p)))
         except FileNotFoundError:
             return 0, None
         if not names:
@@ -182,7 +185,8 @@ class PartitionLease:
                     log(f"partition {self.partition}: lease record {record['unreadable']}, older than the ttl of "
                         f"{self.ttl_s:.0f} s: treated as expired, took generation {generation + 1}")
                 elif record is not None and not record["released"]:
-                    log(f"partition {self.partition}: took over the lease of run {record['holder']} (expired or finished)")
+                    log(f"partition {self.partition}: took over the lease of run {record['holder']} "
+                        "(expired or finished)")
                 return
             waited = time.monotonic() - started
             holder = record["holder"] if record else "?"
@@ -208,7 +212,8 @@ class PartitionLease:
             raise LeaseLost(self.partition, self.holder, "it was released")
         generation, record = self._current()
         if generation != self.generation:
-            raise LeaseLost(self.partition, self.holder, f"generation {generation} replaced its generation {self.generation}")
+            raise LeaseLost(self.partition, self.holder,
+                            f"generation {generation} replaced its generation {self.generation}")
         if record is None or record.get("holder") != self.holder:
             raise LeaseLost(self.partition, self.holder, f"generation {generation} is held by run "
                             f"{record.get('holder') if record else '?'}")

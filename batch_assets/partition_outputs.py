@@ -1,4 +1,5 @@
-"""The files one materialization writes under `{storage_url}/{asset}/{partition}/` (`StorageResource.replace_partition`).
+"""The files one materialization writes under `{storage_url}/{asset}/{partition}/`
+(`StorageResource.replace_partition`).
 
 Tables are written whole; arrays go to a version folder of this materialization's own; once the block
 succeeds, whatever the previous materialization left that this one did not write is removed, and if it fails,

@@ -23,7 +23,8 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START_DATE
 # partitioned asset check, in every process that loads the code location. Filtered here, by message, where the
 # definitions that use them get their partitions and policy.
 warnings.filterwarnings("ignore", message=r"Parameter `backfill_policy` of function", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning)
+warnings.filterwarnings("ignore", message=r"Specifying a partitions_def on an AssetCheckSpec",
+                        category=dg.PreviewWarning)
 BACKFILL_PARTITIONS_PER_RUN = current_settings().backfill_partitions_per_run
 backfill_policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=BACKFILL_PARTITIONS_PER_RUN)
 
@@ -35,7 +36,8 @@ class PartitionKeyError(ValueError):
 def check_partition_key(key: str) -> str:
     """`key` if it is a daily partition, else an error naming the format and the range of partitions."""
     last = daily_partitions.get_last_partition_key()
-    expected = f"partitions are UTC days, YYYY-MM-DD, from {PARTITIONS_START_DATE} (BATCH_ASSETS_PARTITIONS_START) to {last}"
+    expected = (f"partitions are UTC days, YYYY-MM-DD, from {PARTITIONS_START_DATE} (BATCH_ASSETS_PARTITIONS_START) "
+                f"to {last}")
     try:
         if datetime.datetime.strptime(key, PARTITION_FORMAT).strftime(PARTITION_FORMAT) != key:
             raise ValueError(key)

@@ -28,7 +28,8 @@ TIME_COLUMNS = frozenset({
 def published(frame: pl.DataFrame, partition: str) -> pl.DataFrame:
     """`frame` as it is published for `partition`: `day` first, times in ms, empty reasons null."""
     day = datetime.date.fromisoformat(partition)
-    exprs = [pl.col(name).round(3) for name, dtype in frame.schema.items() if name in TIME_COLUMNS and dtype == pl.Float64]
+    exprs = [pl.col(name).round(3) for name, dtype in frame.schema.items()
+             if name in TIME_COLUMNS and dtype == pl.Float64]
     if "reason" in frame.columns:
         exprs.append(pl.when(pl.col("reason") == "").then(None).otherwise(pl.col("reason")).alias("reason"))
     body = frame.drop(DAY, strict=False).with_columns(exprs)

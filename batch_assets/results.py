@@ -1,10 +1,10 @@
 """The closed set of per-unit result classes.
 
-Every listed audio object ends in exactly one class, with a human-readable reason. Ingest decides the
-first six (and `changed_since_listed`, when the object read to decode is not the one listed); the GPU section turns `ok` into `silent` or `transcribed` (or `failed` when that one unit
-could not be processed, so one bad unit never fails a partition). A unit whose audio decoded shorter than
-its header declared (a file cut off in transit, say) is processed for what decoded and classed
-`truncated`, its reason saying how much of how much.
+Every listed audio object ends in exactly one class, with a human-readable reason. Ingest decides the first six
+(and `changed_since_listed`, when the object read to decode is not the one listed); the GPU section turns `ok`
+into `silent` or `transcribed` (or `failed` when that one unit could not be processed, so one bad unit never
+fails a partition). A unit whose audio decoded shorter than its header declared (a file cut off in transit, say)
+is processed for what decoded and classed `truncated`, its reason saying how much of how much.
 """
 
 from __future__ import annotations

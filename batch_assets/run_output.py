@@ -17,8 +17,9 @@ LAUNCH_TAG = "batch_assets/cli_launch"  # finds the run that `execute_job` creat
 # what a step's materializations say about it, in this order (the first partition's, summed over partitions)
 DID = (("units", "units"), ("units_planned", "units planned"), ("flights", "flights"), ("audio_hours", "audio-h"),
        ("words", "words"), ("segments", "segments"), ("units_exported", "units exported"), ("files", "files"))
-WATCHED = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_MATERIALIZATION,
-           dg.DagsterEventType.ASSET_CHECK_EVALUATION, dg.DagsterEventType.STEP_UP_FOR_RETRY}
+WATCHED = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE,
+           dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+           dg.DagsterEventType.STEP_UP_FOR_RETRY}
 
 
 @dataclasses.dataclass
@@ -115,7 +116,8 @@ class RunWatcher:
                                          str(getattr(data.severity, "value", data.severity)), data.partition))
             self._check_steps.add(event.step_key)
         elif event.step_key not in self._check_steps:  # a check's step is its line under "checks"
-            outcome = {dg.DagsterEventType.STEP_SUCCESS: "ok", dg.DagsterEventType.STEP_FAILURE: "failed"}.get(kind, "retrying")
+            outcome = {dg.DagsterEventType.STEP_SUCCESS: "ok",
+                       dg.DagsterEventType.STEP_FAILURE: "failed"}.get(kind, "retrying")
             seconds = getattr(data, "duration_ms", None)
             error = getattr(data, "error", None)
             did: dict = {}

@@ -56,7 +56,8 @@ def _number(name: str, default, parse, kind: str, minimum, maximum, accepts: str
 
 def env_int(name: str, default: int, minimum: int, maximum: int, environ: Mapping[str, str] | None = None) -> int:
     """An integer in [minimum, maximum]; unset or empty means `default`."""
-    return _number(name, default, int, "an integer", minimum, maximum, f"a whole number from {minimum} to {maximum}", environ)
+    return _number(name, default, int, "an integer", minimum, maximum, f"a whole number from {minimum} to {maximum}",
+                   environ)
 
 
 def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
@@ -142,11 +143,13 @@ def _p(parser: Callable[..., Any], *args: Any) -> Callable[..., Any]:
 class Settings:
     """Every variable the code reads (README: Configuration, generated from these fields)."""
 
-    source_url: str = _variable("BATCH_ASSETS_SOURCE_URL", _p(env_str, DEFAULT_SOURCE_URL), "`sample_data/audio` (checkout)",
+    source_url: str = _variable("BATCH_ASSETS_SOURCE_URL", _p(env_str, DEFAULT_SOURCE_URL),
+                                "`sample_data/audio` (checkout)",
                                 "audio root (folder or `s3://…`); partition = `{root}/YYYY-MM-DD/`")
     storage_url: str = _variable("BATCH_ASSETS_STORAGE_URL", _p(env_str, DEFAULT_STORAGE_URL), "`storage/` (checkout)",
                                  "root of every output table and array")
-    s3_endpoint_url: str | None = _variable("BATCH_ASSETS_S3_ENDPOINT_URL", _p(env_str), "none: AWS", "any S3 API (MinIO, …)")
+    s3_endpoint_url: str | None = _variable("BATCH_ASSETS_S3_ENDPOINT_URL", _p(env_str), "none: AWS",
+                                            "any S3 API (MinIO, …)")
     s3_region: str | None = _variable(("AWS_REGION", "AWS_DEFAULT_REGION"), _p(env_str), "none: the AWS chain's",
                                       "S3 region (`AWS_REGION` first)")
     baseline_url: str | None = _variable("BATCH_ASSETS_BASELINE_URL", _p(env_str), "none",
@@ -165,19 +168,21 @@ class Settings:
     torch_threads: int = _variable("BATCH_ASSETS_TORCH_THREADS", _p(env_int, 0, 0, 1024), "0 (torch's default)",
                                    "torch CPU threads, 0–1024")
     word_confidence: bool = _variable("BATCH_ASSETS_WORD_CONFIDENCE", _p(env_bool, True), "true",
-                                      "the words' `score` from the TDT decoder (2–3 % of ASR seconds on CPU); `false`: null")
-    lock_dir: str = _variable("BATCH_ASSETS_LOCK_DIR", _p(env_str, DEFAULT_LOCK_DIR), "`batch_assets-locks` in the system temp dir",
+                                      "the words' `score` from the TDT decoder (2–3 % of ASR seconds on CPU); "
+                                      "`false`: null")
+    lock_dir: str = _variable("BATCH_ASSETS_LOCK_DIR", _p(env_str, DEFAULT_LOCK_DIR),
+                              "`batch_assets-locks` in the system temp dir",
                               "per-device section locks, shared by all processes on a device")
     tmp_dir: str | None = _variable("BATCH_ASSETS_TMP_DIR", _p(env_str), "system temp",
                                     "where fetched objects are staged while probed")
-    backfill_partitions_per_run: int = _variable("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", _p(env_int, 7, 1, 366), "7",
-                                                 "partitions per backfill run (one model load each), 1–366")
+    backfill_partitions_per_run: int = _variable("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", _p(env_int, 7, 1, 366),
+                                                 "7", "partitions per backfill run (one model load each), 1–366")
     shrink_guard_fraction: float = _variable("BATCH_ASSETS_SHRINK_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
                                              "refuse a manifest below this share (0–1) of the current one's units")
     degrade_guard_fraction: float = _variable(
         "BATCH_ASSETS_DEGRADE_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
-        "refuse results that leave more than this share (0–1) of the units with transcripts `fetch_failed`, `failed`, "
-        "`changed_since_listed` or `undecodable`")
+        "refuse results that leave more than this share (0–1) of the units with transcripts `fetch_failed`, "
+        "`failed`, `changed_since_listed` or `undecodable`")
     shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 14400, 60, 10**7), "14400",
                                          "most audio seconds per GPU step (shard), 60–10,000,000")
     partitions_start: str = _variable("BATCH_ASSETS_PARTITIONS_START", _p(env_day, "2026-01-01"), "2026-01-01",
@@ -237,8 +242,8 @@ README_HEADER = "| variable | default | what it does |\n|---|---|---|"
 def readme_table() -> str:
     """The README's table of our variables: the settings, then the switches."""
     rows = [v.readme_row() for v in variables().values()]
-    rows += [f"| `{s.env_var}` | {str(s.default).lower()} | {s.description} ([kill switches](docs/gpu-section.md#kill-switches)) |"
-             for s in SWITCHES]
+    rows += [f"| `{s.env_var}` | {str(s.default).lower()} | {s.description} "
+             "([kill switches](docs/gpu-section.md#kill-switches)) |" for s in SWITCHES]
     return "\n".join([README_HEADER, *rows])
 
 

@@ -30,13 +30,13 @@ class DegradeConfig(dg.Config):
     allow_degrade: bool = Field(
         default=False,
         description="Publish even if more than degrade_guard_fraction of the units with transcripts would become "
-        "fetch_failed, failed or changed_since_listed, or (a first-time day) every unit fails for one reason. Off: such "
-        "a run fails and keeps the current results.",
+        "fetch_failed, failed or changed_since_listed, or (a first-time day) every unit fails for one reason. Off: "
+        "such a run fails and keeps the current results.",
     )
     degrade_guard_fraction: float = Field(
         default=DEGRADE_GUARD_FRACTION, ge=0.0, le=1.0,
-        description="Refuse results that leave more than this share of the units with transcripts unread or unprocessed "
-        "(env default BATCH_ASSETS_DEGRADE_GUARD_FRACTION, 0.5)",
+        description="Refuse results that leave more than this share of the units with transcripts unread or "
+        "unprocessed (env default BATCH_ASSETS_DEGRADE_GUARD_FRACTION, 0.5)",
     )
 
 
@@ -58,8 +58,9 @@ def guard_degradation(context, config: DegradeConfig, storage: StorageResource, 
     if degraded is None and systemic is None:
         return
     if degraded is not None:
-        what = (f"{degraded.describe()}, over the degrade guard's {config.degrade_guard_fraction:.0%}. A storage or device "
-                "fault (a cold storage class, a revoked key or KMS grant, a broken GPU) looks like this, not the audio")
+        what = (f"{degraded.describe()}, over the degrade guard's {config.degrade_guard_fraction:.0%}. A storage or "
+                "device fault (a cold storage class, a revoked key or KMS grant, a broken GPU) looks like this, not "
+                "the audio")
     else:
         what = f"{systemic} (a first-time day): a configuration or system fault, not the audio"
     if config.allow_degrade:
@@ -96,7 +97,8 @@ def partition_lease(context, storage: StorageResource, partition: str) -> Partit
 
 @contextlib.contextmanager
 def lease_lost_fails() -> Iterator[None]:
-    """A write refused by the lease's fencing (`LeaseLost`) fails the step, not retried: another run has the partition."""
+    """A write refused by the lease's fencing (`LeaseLost`) fails the step, not retried: another run has the
+    partition."""
     try:
         yield
     except LeaseLost as error:

@@ -25,7 +25,8 @@ from batch_assets.windows import LINK_THRESHOLD, Window, cores, link_speakers, w
 
 
 def _rejoin(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Join rows (in time order within each `keys` group) that meet end to start, as clipping at a core edge cut them."""
+    """Join rows (in time order within each `keys` group) that meet end to start, as clipping at a core edge cut
+    them."""
     if frame.is_empty():
         return frame
     rows, out = frame.to_dicts(), []
@@ -96,7 +97,8 @@ def stitch(fragments: dict[str, pl.DataFrame], plan: pl.DataFrame,
         return fragments
     made = {}
     for uid, windows in units.items():
-        rows = _stitch_unit(fragments, uid, windows, write_scores, read_array, (hints or {}).get(uid, NO_HINTS), threshold)
+        rows = _stitch_unit(fragments, uid, windows, write_scores, read_array, (hints or {}).get(uid, NO_HINTS),
+                            threshold)
         if rows is not None:
             made[uid] = rows
     owner = {w.piece: uid for uid, ws in units.items() for w in ws}
@@ -137,7 +139,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
                  hints: SpeakerHints, threshold: float) -> dict[str, pl.DataFrame] | None:
     """One windowed unit's rows in each fragment table (None when its windows were not processed)."""
     pieces = [w.piece for w in windows]
-    outcomes = {r["unit_id"]: r for r in fragments["outcomes"].filter(pl.col("unit_id").is_in(pieces)).iter_rows(named=True)}
+    outcomes = {r["unit_id"]: r
+                for r in fragments["outcomes"].filter(pl.col("unit_id").is_in(pieces)).iter_rows(named=True)}
     if len(outcomes) < len(pieces):
         return None
     ordered, unit_cores, index = [outcomes[p] for p in pieces], cores(windows), {p: i for i, p in enumerate(pieces)}
@@ -145,8 +148,9 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     duration = windows[-1].start_s + ordered[-1]["duration_s"]
     if result_class == ResultClass.FAILED:  # as a unit whose processing failed: its class and reason, nothing else
         empty = {name: frame.clear() for name, frame in fragments.items()}
-        return empty | {"outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id, "duration_s": duration,
-                                                   "result_class": result_class, "reason": reason, "num_words": 0,
+        return empty | {"outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id,
+                                                   "duration_s": duration, "result_class": result_class,
+                                                   "reason": reason, "num_words": 0,
                                                    "text": ""}], schema=fragments["outcomes"].schema)}
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
@@ -159,9 +163,11 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
             {label: f"v{v}" for (w, label), v in voice.items() if w == i}, default=None, return_dtype=pl.String))
             for i, part in enumerate(parts)])
 
-    turns = relabel(_on_unit_clock(fragments["turns"], uid, windows, unit_cores)).sort("exclusive", "start_s", maintain_order=True)
+    turns = relabel(_on_unit_clock(fragments["turns"], uid, windows, unit_cores)).sort(
+        "exclusive", "start_s", maintain_order=True)
     # voices named in the order they first speak, as pyannote names a unit's speakers
-    first = turns.filter(~pl.col("exclusive")).group_by("speaker", maintain_order=True).agg(pl.col("start_s").min()).sort("start_s")
+    first = (turns.filter(~pl.col("exclusive")).group_by("speaker", maintain_order=True).agg(pl.col("start_s").min())
+             .sort("start_s"))
     names = {v: f"SPEAKER_{i:02d}" for i, v in enumerate(first["speaker"])}
     turns = _rejoin(turns.with_columns(pl.col("speaker").replace_strict(names, default=None, return_dtype=pl.String)),
                     ["exclusive", "speaker"])
@@ -179,14 +185,16 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
         "vad_units": pl.DataFrame([vad_rows[0] | {"unit_id": uid, "duration_s": duration, "speech_s": speech_s,
                                                   "num_regions": len(regions), "num_chunks": num_chunks,
                                                   "frames_per_chunk": frames, "local_speakers": local_speakers,
-                                                  "scores_uri": write_scores(uid, npy)}], schema=fragments["vad_units"].schema),
+                                                  "scores_uri": write_scores(uid, npy)}],
+                                  schema=fragments["vad_units"].schema),
         "regions": regions, "turns": turns, "words": words,
         "speakers": _voice_rows(uid, speakers, {m: names[f"v{v}"] for m, v in voice.items() if f"v{v}" in names}, index,
                                 turns, fragments["speakers"].schema),
         "outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id, "duration_s": duration,
                                    "result_class": result_class, "reason": reason, "speech_s": speech_s,
                                    "num_speakers": len(names) if result_class != ResultClass.SILENT else 0,
-                                   "num_words": len(words), "text": " ".join(words["word"])}], schema=fragments["outcomes"].schema),
+                                   "num_words": len(words), "text": " ".join(words["word"])}],
+                                 schema=fragments["outcomes"].schema),
     }
 
 
@@ -205,7 +213,8 @@ def _voice_rows(uid: str, speakers: pl.DataFrame, name_of: dict[tuple[int, str],
     for name in sorted(members):
         group, embedded = members[name], [r for r in members[name] if r["embedding"] is not None]
         embedding = (np.average(np.array([r["embedding"] for r in embedded]), axis=0,
-                                weights=[max(r["speech_s"], 1e-3) for r in embedded]).astype(np.float32) if embedded else None)
+                                weights=[max(r["speech_s"], 1e-3) for r in embedded]).astype(np.float32)
+                     if embedded else None)
         rows.append({"unit_id": uid, "speaker": name, "speech_s": speech.get(name, 0.0),
                      "embedding": None if embedding is None else embedding.tolist(),
                      "segmentation": group[0]["segmentation"], "embedding_path": group[0]["embedding_path"]})

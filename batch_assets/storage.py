@@ -54,13 +54,15 @@ class StorageResource(dg.ConfigurableResource):
 
     source_url: str = Field(default=DEFAULT_SOURCE_URL, description="Root of the audio: {source_url}/YYYY-MM-DD/...")
     storage_url: str = Field(default=DEFAULT_STORAGE_URL, description="Root of every output table and array")
-    s3_endpoint_url: str | None = Field(default=None, description="Any S3 API (MinIO, moto, a regional endpoint); empty: AWS")
+    s3_endpoint_url: str | None = Field(default=None,
+                                        description="Any S3 API (MinIO, moto, a regional endpoint); empty: AWS")
     s3_region: str | None = Field(default=None, description="Empty: the AWS chain's region")
     s3_access_key_id: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_max_attempts: int = Field(default=4, description="botocore's own attempts per request (standard retry mode)")
     simulated_latency_per_unit_s: float = Field(
-        default=0.0, description="Benchmarks only: sleep this long per unit when the GPU step loads a flight (object-storage latency)"
+        default=0.0, description="Benchmarks only: sleep this long per unit when the GPU step loads a flight "
+        "(object-storage latency)"
     )
 
     def _storage_options(self, url: str) -> dict[str, Any]:
@@ -100,8 +102,9 @@ class StorageResource(dg.ConfigurableResource):
             fs, path = self.filesystem(self.source_url)
             exists = fs.isdir(path) if is_local(fs) else fs.exists(path)
         except (PermissionError, FileNotFoundError, OSError) as error:
-            raise StorageConfigError(f"the audio source {self.source_url} cannot be read ({type(error).__name__}: {error}): "
-                                     "fix BATCH_ASSETS_SOURCE_URL (or the storage resource's source_url) or its permissions") from None
+            raise StorageConfigError(f"the audio source {self.source_url} cannot be read "
+                                     f"({type(error).__name__}: {error}): fix BATCH_ASSETS_SOURCE_URL (or the storage "
+                                     "resource's source_url) or its permissions") from None
         if not exists:
             raise StorageConfigError(
                 f"the audio source {self.source_url} does not exist: fix BATCH_ASSETS_SOURCE_URL (or the storage "

@@ -32,7 +32,8 @@ class Switch:
     helm_value: str = "true"  # what the Helm values set the variable to
 
     def helm_env(self) -> list[str]:
-        return [f"        # {self.description}", f"        - name: {self.env_var}", f'          value: "{self.helm_value}"']
+        return [f"        # {self.description}", f"        - name: {self.env_var}",
+                f'          value: "{self.helm_value}"']
 
     def readme_row(self) -> str:
         return f"| `{self.name}` | `{self.env_var}` | {self.description} |"
@@ -50,9 +51,11 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("batch_across_units_enabled", "BATCH_PIPELINE_BATCH_ACROSS_UNITS_ENABLED",
            "segmentation and embedding-trunk forwards batched across the units of a flight, split back per unit"),
     Switch("host_overlap_enabled", "BATCH_PIPELINE_HOST_OVERLAP_ENABLED",
-           "host work (clustering, attribution, tables) outside the device lock, overlapped with the next flight's device work"),
+           "host work (clustering, attribution, tables) outside the device lock, overlapped with the next flight's "
+           "device work"),
     Switch("half_precision_enabled", "BATCH_PIPELINE_HALF_PRECISION_ENABLED",
-           "reduced precision (autocast) for the ASR encoder and the embedding trunk; changes numbers: off unless the gate passes",
+           "reduced precision (autocast) for the ASR encoder and the embedding trunk; changes numbers: off unless the "
+           "gate passes",
            default=False, helm_value="false"),
 )
 SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}

@@ -31,7 +31,8 @@ def turns(words: pl.DataFrame) -> list[Turn]:
     segment, current, speaker, start, end = None, [], "", 0.0, 0.0
     if "segment_index" not in words.columns:  # a day written before segments: a turn per change of speaker
         words = words.sort("word_index")
-        words = words.with_columns(pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
+        words = words.with_columns(pl.Series("segment_index", segment_indices(words["speaker"].to_list()),
+                                             dtype=pl.Int64))
     for row in words.sort("word_index").iter_rows(named=True):
         if current and row["segment_index"] != segment:
             found.append(Turn(speaker, start, end, tuple(current)))
@@ -77,7 +78,8 @@ def partition_units(units: pl.DataFrame, words: pl.DataFrame, unit: str | None =
             if unit is None or unit == r["unit_id"] or r["source_uri"].endswith("/" + unit)]
     if unit is not None and not rows:
         raise KeyError(f"unit {unit!r} is not in this partition; its units: {', '.join(units['unit_id'])}")
-    by_unit = {key[0]: frame for key, frame in words.partition_by("unit_id", as_dict=True).items()} if len(words) else {}
+    by_unit = ({key[0]: frame for key, frame in words.partition_by("unit_id", as_dict=True).items()}
+               if len(words) else {})
     return [unit_lines(row, by_unit.get(row["unit_id"], words.clear()), max_chars_per_unit) for row in rows]
 
 
@@ -90,5 +92,6 @@ def markdown(units: pl.DataFrame, words: pl.DataFrame, max_chars_per_unit: int =
         if body:
             out.append("```\n" + "\n".join(body) + "\n```")
     if len(blocks) > max_units:
-        out.append(f"… {len(blocks) - max_units} more unit(s): `batch-assets show --partition P --unit U` prints any of them")
+        out.append(f"… {len(blocks) - max_units} more unit(s): `batch-assets show --partition P --unit U` prints "
+                   "any of them")
     return "\n\n".join(out)

@@ -45,9 +45,9 @@ class WindowSpec:
             raise ValueError(f"max_unit_seconds ({self.seconds}) and window_overlap_seconds ({self.overlap_s}) must be "
                              "whole seconds")
         if not MIN_OVERLAP_S <= self.overlap_s <= self.seconds / 4 or self.seconds < 60:
-            raise ValueError(f"windows of {self.seconds:.0f} s overlapped by {self.overlap_s:.0f} s: max_unit_seconds must "
-                             f"be at least 60, and window_overlap_seconds at least {MIN_OVERLAP_S:.0f} (a segmentation "
-                             "chunk) and at most a quarter of it")
+            raise ValueError(f"windows of {self.seconds:.0f} s overlapped by {self.overlap_s:.0f} s: max_unit_seconds "
+                             f"must be at least 60, and window_overlap_seconds at least {MIN_OVERLAP_S:.0f} (a "
+                             "segmentation chunk) and at most a quarter of it")
 
     @property
     def stride_s(self) -> float:
@@ -97,7 +97,8 @@ def cores(windows: list[Window]) -> list[tuple[float, float]]:
     bounds = []
     for i, w in enumerate(windows):
         lo = w.start_s if i == 0 else (w.start_s + windows[i - 1].start_s + windows[i - 1].duration_s) / 2
-        hi = w.start_s + w.duration_s if i == len(windows) - 1 else (windows[i + 1].start_s + w.start_s + w.duration_s) / 2
+        hi = (w.start_s + w.duration_s if i == len(windows) - 1
+              else (windows[i + 1].start_s + w.start_s + w.duration_s) / 2)
         bounds.append((lo, hi))
     return bounds
 
@@ -105,7 +106,8 @@ def cores(windows: list[Window]) -> list[tuple[float, float]]:
 def windows_by_unit(plan: pl.DataFrame) -> dict[str, list[Window]]:
     """The windowed units of a flight plan, each with its windows in order."""
     out: dict[str, list[Window]] = {}
-    for row in plan.filter(pl.col("window").is_not_null()).sort("unit_id", "window", maintain_order=True).iter_rows(named=True):
+    for row in (plan.filter(pl.col("window").is_not_null()).sort("unit_id", "window", maintain_order=True)
+                .iter_rows(named=True)):
         out.setdefault(row["unit_id"], []).append(Window(piece_id(row["unit_id"], row["window"]), row["window"],
                                                          row["window_start_s"], row["duration_s"], row["flight_id"]))
     return out

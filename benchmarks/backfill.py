@@ -64,8 +64,8 @@ def main() -> None:
             env = base_env | {"DAGSTER_HOME": str(home), "BATCH_ASSETS_STORAGE_URL": str(work / f"storage-{len(rows)}")}
             if repeat == 0 and not rows:  # build the model cache and warm the disk cache, in an instance of its own
                 (work / "home-warmup").mkdir()
-                _run(env | {"BATCH_ASSETS_STORAGE_URL": str(work / "warmup"), "DAGSTER_HOME": str(work / "home-warmup")},
-                     "--partition", PARTITIONS[0])
+                _run(env | {"BATCH_ASSETS_STORAGE_URL": str(work / "warmup"),
+                            "DAGSTER_HOME": str(work / "home-warmup")}, "--partition", PARTITIONS[0])
             if variant.startswith("one"):
                 wall = _run(env, "--partition", PARTITIONS[0], "--through", PARTITIONS[1])
             else:

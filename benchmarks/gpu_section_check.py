@@ -3,8 +3,9 @@
 Loads the builtin models through the project's loaders onto the device, packs the sample partition's
 units into one flight, and runs `process_flight` (VAD -> diarization -> ASR -> attribution) with all
 levers on, each relevant lever off, and all off: every variant must give identical regions, turns and
-words, and embeddings identical or (shared trunk, CUDA batch shapes) within the last float bits. Reports stage seconds, segmentation forwards and CUDA peak memory. No Dagster
-or polars needed, so it runs on a bare GPU machine with the model libraries carried as wheels.
+words, and embeddings identical or (shared trunk, CUDA batch shapes) within the last float bits. Reports stage
+seconds, segmentation forwards and CUDA peak memory. No Dagster or polars needed, so it runs on a bare GPU machine
+with the model libraries carried as wheels.
 
     python benchmarks/gpu_section_check.py [--device cuda] [--tile 4] [--out report.json]
 """
@@ -94,7 +95,8 @@ def main() -> None:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
-        levers = Levers(vad_segmentation_reuse_enabled=reuse, asr_cuda_graphs_enabled=graphs, embedding_shared_trunk_enabled=trunk)
+        levers = Levers(vad_segmentation_reuse_enabled=reuse, asr_cuda_graphs_enabled=graphs,
+                        embedding_shared_trunk_enabled=trunk)
         outcomes = process_flight(models, "flight-0000", audio, units, levers, stats)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -107,7 +109,8 @@ def main() -> None:
             "segmentation_forwards": dict(stats.segmentation_forwards),
             "decoder_modes": sorted(stats.decoder_modes),
             "reuse_outcomes": dict(stats.segmentation_reuse),
-            "classes": {c: sum(1 for o in outcomes if str(o.result_class) == c) for c in {str(o.result_class) for o in outcomes}},
+            "classes": {c: sum(1 for o in outcomes if str(o.result_class) == c)
+                        for c in {str(o.result_class) for o in outcomes}},
             "words": sum(len(o.words) for o in outcomes),
             "audio_s_per_s": round(report["audio_s"] / wall, 1),
         }
@@ -115,10 +118,13 @@ def main() -> None:
     report["identical_to_all_on"] = {name: results[name] == results["all_on"] for name in VARIANTS}
     without_embeddings = {name: {u: {k: v for k, v in r.items() if k != "embeddings"} for u, r in res.items()}
                           for name, res in results.items()}
-    report["identical_to_all_on_but_embeddings"] = {name: without_embeddings[name] == without_embeddings["all_on"] for name in VARIANTS}
-    report["max_embedding_difference_to_all_on"] = {  # the shared trunk's batch shapes may move the last float bits on CUDA
+    report["identical_to_all_on_but_embeddings"] = {name: without_embeddings[name] == without_embeddings["all_on"]
+                                                    for name in VARIANTS}
+    report["max_embedding_difference_to_all_on"] = {  # the shared trunk's batch shapes may move the last float
+        # bits on CUDA
         name: max((_difference(e, (results["all_on"][u]["embeddings"] or {}).get(label))
-                   for u, r in results[name].items() if r["embeddings"] for label, e in r["embeddings"].items()), default=0.0)
+                   for u, r in results[name].items() if r["embeddings"] for label, e in r["embeddings"].items()),
+                  default=0.0)
         for name in VARIANTS}
     emit(report, args.out)
 

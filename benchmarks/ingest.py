@@ -55,8 +55,8 @@ def child(source: str, storage: str) -> None:
     timings = {}
     for asset in (fetched_audio, prepared_flights):
         started = time.perf_counter()
-        result = dg.materialize([asset], partition_key=PARTITION, resources=resources, instance=dg.DagsterInstance.ephemeral(),
-                                selection=None)
+        result = dg.materialize([asset], partition_key=PARTITION, resources=resources,
+                                instance=dg.DagsterInstance.ephemeral(), selection=None)
         assert result.success
         timings[asset.key.to_user_string()] = time.perf_counter() - started
     plan = resources["storage"].read_parquet("prepared_flights", PARTITION, "plan")
@@ -89,7 +89,8 @@ def main() -> None:
                 sys.exit(out.stderr[-3000:])
             row = json.loads(out.stdout.strip().splitlines()[-1]) | {"hours": hours, "units": units}
             rows.append(row)
-    print(f"{'partition':>10} {'units':>6} {'flights':>8} {'fetch s':>8} {'prepare s':>10} {'decode x realtime':>18} {'peak RSS MiB':>13}")
+    print(f"{'partition':>10} {'units':>6} {'flights':>8} {'fetch s':>8} {'prepare s':>10} {'decode x realtime':>18} "
+          f"{'peak RSS MiB':>13}")
     for r in rows:
         print(f"{r['hours']:>8.1f} h {r['units']:>6d} {r['flights']:>8d} {r['fetch_s']:>8.1f} {r['prepare_s']:>10.1f} "
               f"{r['audio_s'] / r['prepare_s']:>17.0f}x {r['peak_rss_mib']:>13.0f}")

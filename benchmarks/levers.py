@@ -61,7 +61,8 @@ VARIANTS = ({"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS}
 # (models, preset) -> corpus and default variants
 PRESETS = {
     ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15,
-                      "variants": ["all off", "batch across units", "host overlap", "levers 1-4", "all on", "all on + half"]},
+                      "variants": ["all off", "batch across units", "host overlap", "levers 1-4", "all on",
+                                   "all on + half"]},
     ("tiny", "gpu"): {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1, "variants": list(VARIANTS)},
     ("production-shaped", "cpu"): {"units": 4, "min_s": 15.0, "max_s": 30.0, "silent_share": 0.15,
                                    "variants": ["all off", "seed levers", "levers 1-4", "all on, reuse off", "all on",
@@ -111,7 +112,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1800.0, help="decode budget per flight (audio s)")
     parser.add_argument("--flight-units", type=int, default=8, help="most units per flight")
     parser.add_argument("--prepare-workers", type=int, default=1, help="flights prepared concurrently")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU core this process may use)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads (0: one per CPU core this process may use)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--seed", type=int, default=0)
@@ -135,24 +137,28 @@ def main() -> None:
     variants = ["all off", *[v for v in variants if v != "all off"]]
     threads = args.threads or len(os.sched_getaffinity(0))
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-levers-"))
-    audio_s = generate(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"], preset["silent_share"], args.seed)
-    print(f"corpus: {preset['units']} units, {audio_s / 3600:.3f} audio-hours; models {args.models}; {threads} torch threads", flush=True)
+    audio_s = generate(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"],
+                       preset["silent_share"], args.seed)
+    print(f"corpus: {preset['units']} units, {audio_s / 3600:.3f} audio-hours; models {args.models}; "
+          f"{threads} torch threads", flush=True)
     asr_model, diarization_pipeline = MODELS[args.models]
     gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), asr_model=asr_model,
                       diarization_pipeline=diarization_pipeline, torch_threads=threads)
 
     def storage_at(root: pathlib.Path) -> StorageResource:
-        return StorageResource(source_url=str(work / "source"), storage_url=str(root), simulated_latency_per_unit_s=args.latency)
+        return StorageResource(source_url=str(work / "source"), storage_url=str(root),
+                               simulated_latency_per_unit_s=args.latency)
 
     def resources(root: pathlib.Path) -> dict:
         return {"storage": storage_at(root), "gpu": gpu, "gpu_io": StorageJsonIOManager(storage=storage_at(root))}
 
     ingest_root = work / "ingest"
     started = time.perf_counter()
-    ingest = dg.materialize(all_assets, selection=dg.AssetSelection.assets("fetched_audio", "prepared_flights"), partition_key=PARTITION,
-                            resources=resources(ingest_root), instance=dg.DagsterInstance.ephemeral(),
-                            run_config={"ops": {"prepared_flights": {"config": {"decode_budget_seconds": args.budget,
-                                                                               "max_units_per_flight": args.flight_units}}}})
+    ingest = dg.materialize(
+        all_assets, selection=dg.AssetSelection.assets("fetched_audio", "prepared_flights"), partition_key=PARTITION,
+        resources=resources(ingest_root), instance=dg.DagsterInstance.ephemeral(),
+        run_config={"ops": {"prepared_flights": {"config": {"decode_budget_seconds": args.budget,
+                                                           "max_units_per_flight": args.flight_units}}}})
     assert ingest.success
     ingest_s = time.perf_counter() - started
     load_started = time.perf_counter()
@@ -165,9 +171,10 @@ def main() -> None:
             shutil.copytree(ingest_root / asset, root / asset)
         config = switches(name) | {"decode_budget_seconds": args.budget, "prepare_workers": args.prepare_workers}
         started = time.perf_counter()
-        result = dg.materialize(all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"),
-                                partition_key=PARTITION, resources=resources(root), instance=dg.DagsterInstance.ephemeral(),
-                                run_config={"ops": {"gpu_section": {"config": config}}})
+        result = dg.materialize(
+            all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"),
+            partition_key=PARTITION, resources=resources(root), instance=dg.DagsterInstance.ephemeral(),
+            run_config={"ops": {"gpu_section": {"config": config}}})
         wall = time.perf_counter() - started
         assert result.success
         meta = next({k: v.value for k, v in e.materialization.metadata.items()}
@@ -187,17 +194,19 @@ def main() -> None:
             rows.append({
                 "variant": name, "repeat": repeat, "switches": config, "wall_s": wall,
                 "audio_hours_per_compute_hour": (audio_s / 3600) / (wall / 3600),
-                "section_s": meta["section_seconds"], "asr_s": meta["asr_seconds"], "diarization_s": meta["diarization_seconds"],
+                "section_s": meta["section_seconds"], "asr_s": meta["asr_seconds"],
+                "diarization_s": meta["diarization_seconds"],
                 "vad_s": meta["vad_seconds"], "flight_load_wait_s": meta["flight_load_wait_seconds"],
                 "segmentation_forwards": meta["segmentation_forwards"], "decoder_modes": meta["decoder_modes"],
                 "embedding_work": meta["embedding_work"], "embedding_paths": meta["embedding_paths"],
                 "cuda_peak_gib": meta.get("cuda_peak_memory_gib"), "stage_seconds": meta["stage_seconds"],
-                "host_in_section_s": meta["host_seconds_in_section"], "host_after_section_s": meta["host_after_section_seconds"],
-                "precision": meta["precision"],
+                "host_in_section_s": meta["host_seconds_in_section"],
+                "host_after_section_s": meta["host_after_section_seconds"], "precision": meta["precision"],
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "gate": verdict.as_dict(),
             })
-            print(f"{name:20s} repeat {repeat}: {wall:6.1f} s wall, gate {'PASS' if verdict.passed else 'FAIL'}", flush=True)
+            print(f"{name:20s} repeat {repeat}: {wall:6.1f} s wall, gate {'PASS' if verdict.passed else 'FAIL'}",
+                  flush=True)
     del models
     summary = report(rows, variants, device)
     print(f"(ingest {ingest_s:.1f} s once, model load {load_s:.1f} s once, device {device})")
@@ -213,10 +222,12 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
     """Print the per-run table, the section's device/host split, and the ratio lines; return the summary numbers."""
     rate = "audio-h/GPU-h" if device.startswith("cuda") else "audio-h/compute-h"
     print(f"\n{'variant':18s} {'rep':>3s} {rate:>17s} {'section s':>9s} {'VAD s':>6s} {'diar s':>7s} {'ASR s':>6s} "
-          f"{'load wait':>9s} {'seg fwd':>7s} {'trunk fwd':>9s} {'pooled':>6s} {'peak memory':>16s} {'WER':>6s} {'spk':>5s} {'gate':>4s}")
+          f"{'load wait':>9s} {'seg fwd':>7s} {'trunk fwd':>9s} {'pooled':>6s} {'peak memory':>16s} {'WER':>6s} "
+          f"{'spk':>5s} {'gate':>4s}")
     for r in rows:
         g, e = r["gate"], r["embedding_work"]
-        memory = f"{r['cuda_peak_gib']:.2f} GiB CUDA" if r["cuda_peak_gib"] is not None else f"{r['peak_rss_mib']:.0f} MiB RSS"
+        memory = (f"{r['cuda_peak_gib']:.2f} GiB CUDA" if r["cuda_peak_gib"] is not None
+                  else f"{r['peak_rss_mib']:.0f} MiB RSS")
         print(f"{r['variant']:18s} {r['repeat']:>3d} {r['audio_hours_per_compute_hour']:>17.1f} {r['section_s']:>9.1f} "
               f"{r['vad_s']:>6.1f} {r['diarization_s']:>7.1f} {r['asr_s']:>6.1f} {r['flight_load_wait_s']:>9.1f} "
               f"{r['segmentation_forwards']:>7d} {e['trunk_forwards']:>9d} {e['pooled_pairs']:>6d} {memory:>16s} "
@@ -238,11 +249,14 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
         split[name] = {"device_s": device_s, "host_s": host_s, "host_in_section_s": in_section,
                        "host_share_of_section": in_section / section_s if section_s else None,
                        "host_after_section_s": mean(name, "host_after_section_s"),
-                       "stages": {stage: {k: mean(name, lambda r, st=stage, k=k: r["stage_seconds"].get(st, {}).get(k, 0.0))
+                       "stages": {stage: {k: mean(name, lambda r, st=stage, k=k:
+                                                  r["stage_seconds"].get(st, {}).get(k, 0.0))
                                           for k in ("device", "host")} for stage in stages}}
-        cells = " ".join(f"{split[name]['stages'][st]['device']:>9.1f} / {split[name]['stages'][st]['host']:>8.2f}" for st in stages)
+        cells = " ".join(f"{split[name]['stages'][st]['device']:>9.1f} / {split[name]['stages'][st]['host']:>8.2f}"
+                         for st in stages)
         print(f"{name:18s} {cells} {device_s:>8.1f} {host_s:>7.2f} {in_section:>15.2f} "
-              f"{100 * (split[name]['host_share_of_section'] or 0):>9.1f}% {split[name]['host_after_section_s']:>13.2f}")
+              f"{100 * (split[name]['host_share_of_section'] or 0):>9.1f}% "
+              f"{split[name]['host_after_section_s']:>13.2f}")
 
     exact = [r for r in rows if not r["switches"].get(HALF)]
     summary = {"gates_passed": all(r["gate"]["passed"] for r in exact), "device_host": split,
@@ -250,10 +264,13 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
                                                                  "diarization_s", "asr_s")} for name in variants}}
     print(f"\nevery run of the exact levers gated against all off: {'PASS' if summary['gates_passed'] else 'FAIL'}")
     if "all on" in variants:
-        summary["speedup_all_on_vs_off"] = mean("all on", "audio_hours_per_compute_hour") / mean("all off", "audio_hours_per_compute_hour")
-        summary["diarization_speedup_all_on_vs_off"] = mean("all off", "diarization_s") / mean("all on", "diarization_s")
+        summary["speedup_all_on_vs_off"] = (mean("all on", "audio_hours_per_compute_hour")
+                                            / mean("all off", "audio_hours_per_compute_hour"))
+        summary["diarization_speedup_all_on_vs_off"] = (mean("all off", "diarization_s")
+                                                        / mean("all on", "diarization_s"))
         print(f"all on vs all off: {summary['speedup_all_on_vs_off']:.2f}x ({rate})")
-        print(f"diarization all on vs all off: {summary['diarization_speedup_all_on_vs_off']:.2f}x (diarization stage seconds)")
+        print(f"diarization all on vs all off: {summary['diarization_speedup_all_on_vs_off']:.2f}x "
+              "(diarization stage seconds)")
     for alone, base in (("reuse segmentation", "all off"), ("all on", "all on, reuse off")):
         if alone in variants and base in variants:  # lever 2 on its own, or taken out of all on
             summary["lever_2_diarization_s"] = {"off": mean(base, "diarization_s"), "on": mean(alone, "diarization_s"),
@@ -261,7 +278,8 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
             print(f"lever 2 ({base} -> {alone}): diarization {summary['lever_2_diarization_s']['off']:.1f} s -> "
                   f"{summary['lever_2_diarization_s']['on']:.1f} s")
     if "levers 1-4" in variants and "all on" in variants:
-        summary["speedup_all_on_vs_levers_1_4"] = mean("all on", "audio_hours_per_compute_hour") / mean("levers 1-4", "audio_hours_per_compute_hour")
+        summary["speedup_all_on_vs_levers_1_4"] = (mean("all on", "audio_hours_per_compute_hour")
+                                                   / mean("levers 1-4", "audio_hours_per_compute_hour"))
         print(f"all on vs levers 1-4 (what levers 5 and 6 add): {summary['speedup_all_on_vs_levers_1_4']:.2f}x")
     halves = [r for r in rows if r["switches"].get(HALF)]
     if halves:
@@ -273,9 +291,10 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
             summary["half_precision"]["speedup_vs_all_on"] = (mean("all on + half", "audio_hours_per_compute_hour")
                                                               / mean("all on", "audio_hours_per_compute_hour"))
         h = summary["half_precision"]
-        print(f"half precision ({', '.join(h['precision'])}) against full precision: word edit rate <= {h['word_edit_rate']:.4f}, "
-              f"speaker agreement >= {h['speaker_agreement']:.3f}: gate {'PASS' if h['gate_passed'] else 'FAIL'} (it decides "
-              f"whether the switch may be on)" + (f"; {h['speedup_vs_all_on']:.2f}x all on" if "speedup_vs_all_on" in h else ""))
+        print(f"half precision ({', '.join(h['precision'])}) against full precision: "
+              f"word edit rate <= {h['word_edit_rate']:.4f}, speaker agreement >= {h['speaker_agreement']:.3f}: "
+              f"gate {'PASS' if h['gate_passed'] else 'FAIL'} (it decides whether the switch may be on)"
+              + (f"; {h['speedup_vs_all_on']:.2f}x all on" if "speedup_vs_all_on" in h else ""))
     return summary
 
 

@@ -72,11 +72,13 @@ def measure(folder: pathlib.Path, threads: int) -> dict:
     from batch_assets.storage import StorageResource
 
     storage = StorageResource(source_url=str(folder / "source"), storage_url=str(folder / "storage"))
-    assets = [a for a in all_assets if {k.to_user_string() for k in a.keys} & {"fetched_audio", "prepared_flights", "transcripts"}]
+    assets = [a for a in all_assets
+              if {k.to_user_string() for k in a.keys} & {"fetched_audio", "prepared_flights", "transcripts"}]
     started = time.perf_counter()
     result = dg.materialize(assets, partition_key=PARTITION, instance=dg.DagsterInstance.ephemeral(),
                             resources={"storage": storage, "gpu_io": StorageJsonIOManager(storage=storage),
-                                       "gpu": GpuResource(lock_dir=str(folder / "lock"), device="cpu", torch_threads=threads)})
+                                       "gpu": GpuResource(lock_dir=str(folder / "lock"), device="cpu",
+                                                          torch_threads=threads)})
     wall = time.perf_counter() - started
     assert result.success
     truth = json.loads((folder / "truth.json").read_text())
@@ -156,8 +158,8 @@ def main() -> None:
             row = {"case": label} | _child("--measure", str(folder), "--threads", str(args.threads))
             rows.append(row)
             print(json.dumps(row), flush=True)
-    columns = ["case", "audio_s", "units", "windows", "wall_s", "gpu_step_peak_rss_mib", "speakers_found", "true_speakers",
-               "der_percent", "word_speaker_agreement"]
+    columns = ["case", "audio_s", "units", "windows", "wall_s", "gpu_step_peak_rss_mib", "speakers_found",
+               "true_speakers", "der_percent", "word_speaker_agreement"]
     print("\n| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for row in rows:
         print("| " + " | ".join(str(row[c]) for c in columns) + " |")

@@ -69,7 +69,8 @@ def environment(work: pathlib.Path, source: pathlib.Path) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     return os.environ | {"DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": str(source),
-                         "BATCH_ASSETS_STORAGE_URL": str(work / "storage"), "BATCH_ASSETS_LOCK_DIR": str(work / "locks"),
+                         "BATCH_ASSETS_STORAGE_URL": str(work / "storage"),
+                         "BATCH_ASSETS_LOCK_DIR": str(work / "locks"),
                          "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "2", "PYTHONWARNINGS": "ignore"}
 
 
@@ -132,10 +133,12 @@ def main() -> int:
             meta = transcripts_metadata(env)
             row = {"hours": hours, "audio_s": round(audio_s, 1), "units": meta["units"], "wall_s": round(wall, 1),
                    "section_s": meta["section_seconds"], "gpu_step_peak_rss_mib": meta["gpu_step_peak_rss_mib"],
-                   "model_load_s": meta["model_load_seconds"], "flights": int(meta["shard_report"].split("\n")[2].split("|")[2])}
+                   "model_load_s": meta["model_load_seconds"],
+                   "flights": int(meta["shard_report"].split("\n")[2].split("|")[2])}
             results["sizes"].append(row)
-            print(f"{hours:g} h: {row['units']} units, {row['flights']} flights, wall {wall:.1f} s, section {row['section_s']:.1f} s, "
-                  f"GPU-step peak RSS {row['gpu_step_peak_rss_mib']:.0f} MiB", flush=True)
+            print(f"{hours:g} h: {row['units']} units, {row['flights']} flights, wall {wall:.1f} s, "
+                  f"section {row['section_s']:.1f} s, GPU-step peak RSS {row['gpu_step_peak_rss_mib']:.0f} MiB",
+                  flush=True)
         small = results["sizes"][0]
         work = pathlib.Path(tmp) / "kill"
         make_partition(work / "source", small["hours"])
@@ -148,9 +151,9 @@ def main() -> int:
         growth = sizes[-1]["gpu_step_peak_rss_mib"] / sizes[0]["gpu_step_peak_rss_mib"]
         print(f"GPU-step peak RSS {sizes[-1]['hours']:g} h vs {sizes[0]['hours']:g} h: {growth:.2f}x")
         results["rss_growth"] = round(growth, 3)
-    print(f"kill at {kill['committed_at_kill']}/{kill['flights']} flights committed ({kill['killed_after_s']:.1f} s in), "
-          f"re-execution from failure {kill['resume_s']:.1f} s: finished after {kill['total_s']:.1f} s in all, vs "
-          f"{kill['uninterrupted_s']:.1f} s uninterrupted and {kill['start_over_s']:.1f} s starting over")
+    print(f"kill at {kill['committed_at_kill']}/{kill['flights']} flights committed ({kill['killed_after_s']:.1f} s "
+          f"in), re-execution from failure {kill['resume_s']:.1f} s: finished after {kill['total_s']:.1f} s in all, "
+          f"vs {kill['uninterrupted_s']:.1f} s uninterrupted and {kill['start_over_s']:.1f} s starting over")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))

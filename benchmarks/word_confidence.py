@@ -1,4 +1,4 @@
-"""What the words' `score` (the TDT decoder's word confidence) costs in ASR seconds, and proof that it changes nothing else.
+"""What the words' `score` (the TDT decoder's word confidence) costs in ASR seconds; proof it changes nothing else.
 
 The section asks NeMo for word confidence (`gpu/asr.py`: `WORD_CONFIDENCE` in the decoding config) unless
 `BATCH_ASSETS_WORD_CONFIDENCE=false`: the bar was a setting if it cost more than 3 % of ASR seconds. This bench
@@ -66,9 +66,11 @@ def main() -> None:
     print(json.dumps({
         "asr_model": args.asr_model, "device": str(device), "threads": args.threads, "segments": len(segments),
         "audio_s": round(sum(s.end_s - s.start_s for s in segments), 1), "words": len(words[True]),
-        "asr_seconds_off": round(off, 4), "asr_seconds_on": round(on, 4), "cost_percent": round(100 * (on - off) / off, 2),
+        "asr_seconds_off": round(off, 4), "asr_seconds_on": round(on, 4),
+        "cost_percent": round(100 * (on - off) / off, 2),
         "words_and_times_identical": same, "scores_none": sum(s is None for s in scores),
-        "score_min": min((s for s in scores if s is not None), default=None), "runs_off": seconds[False], "runs_on": seconds[True],
+        "score_min": min((s for s in scores if s is not None), default=None), "runs_off": seconds[False],
+        "runs_on": seconds[True],
     }, indent=1))
     assert same, "word confidence changed the words or their times"
 

@@ -53,8 +53,8 @@ def _regenerate_hydra_grammar(java: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp)
         for g4, extra in (("OverrideLexer.g4", []), ("OverrideParser.g4", ["-lib", str(out)])):
-            subprocess.run([java, "-cp", str(jar), "org.antlr.v4.Tool", "-Dlanguage=Python3", "-visitor", "-Xexact-output-dir",
-                            "-o", str(out), *extra, str(grammar / g4)], check=True)
+            subprocess.run([java, "-cp", str(jar), "org.antlr.v4.Tool", "-Dlanguage=Python3", "-visitor",
+                            "-Xexact-output-dir", "-o", str(out), *extra, str(grammar / g4)], check=True)
         for path in out.iterdir():
             shutil.copy(path, generated / path.name)
     shutil.rmtree(generated / "__pycache__", ignore_errors=True)

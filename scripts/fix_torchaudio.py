@@ -39,7 +39,8 @@ def main() -> int:
         return 0
     if native:
         loads = subprocess.run(
-            [sys.executable, "-c", "import ctypes, sys, torch\nfor p in sys.argv[1:]: ctypes.CDLL(p)", *map(str, native)],
+            [sys.executable, "-c", "import ctypes, sys, torch\nfor p in sys.argv[1:]: ctypes.CDLL(p)",
+             *map(str, native)],
             capture_output=True,
             text=True,
         )

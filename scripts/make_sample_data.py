@@ -2,9 +2,9 @@
 
 espeak-ng voices speak a scripted dialogue turn by turn, with pauses between turns; each unit is
 written in a different container format, and one unit is a silent room. The second day, 2026-01-16, has a
-three-speaker review meeting with a sidecar (`review.wav.json`: speaker-count hints) and a short call. The exact ground truth
-(speaker turns with their words, and the silent unit) is written beside the audio, outside the
-partition folder so the pipeline never lists it as audio.
+three-speaker review meeting with a sidecar (`review.wav.json`: speaker-count hints) and a short call. The
+exact ground truth (speaker turns with their words, and the silent unit) is written beside the audio,
+outside the partition folder so the pipeline never lists it as audio.
 
     python scripts/make_sample_data.py            # rewrites sample_data/ (needs espeak-ng)
 

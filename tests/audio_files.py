@@ -51,7 +51,8 @@ def write_mixed_partition(root: pathlib.Path, long_seconds: float = 6.0) -> dict
     put("good/music_44k.mp3", mp3.getvalue(), "ok")
     wav_path, m4a_path = root / "_tmp.wav", root / "_tmp.m4a"
     sf.write(wav_path, _tone(44100, 2.0, 1, 550.0), 44100)
-    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-y", "-i", str(wav_path), "-c:a", "aac", str(m4a_path)], check=True)
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-y", "-i", str(wav_path), "-c:a", "aac",
+                    str(m4a_path)], check=True)
     put("good/voice_memo.m4a", m4a_path.read_bytes(), "ok")
     wav_path.unlink()
     m4a_path.unlink()
@@ -73,7 +74,8 @@ def _flac(samples: np.ndarray) -> bytes:
 def copy_tree_to_s3(client, bucket: str, local_root: pathlib.Path, prefix: str) -> None:
     for path in sorted(local_root.rglob("*")):
         if path.is_file():
-            client.put_object(Bucket=bucket, Key=f"{prefix}/{path.relative_to(local_root).as_posix()}", Body=path.read_bytes())
+            client.put_object(Bucket=bucket, Key=f"{prefix}/{path.relative_to(local_root).as_posix()}",
+                              Body=path.read_bytes())
 
 
 def clean(path: pathlib.Path) -> None:

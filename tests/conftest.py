@@ -97,8 +97,8 @@ def sample_run(tmp_path_factory, lock_dir):
 
 # every sample unit in a flight of its own (units are 20-50 s): five flights
 FLIGHTS_OF_ONE = {"prepared_flights": {"config": {"decode_budget_seconds": 50.0}}}
-TABLES = [("transcripts", "units"), ("transcripts", "segments"), ("transcripts", "words"), ("diarization", "turns"), ("diarization", "speakers"),
-          ("vad_scores", "units"), ("vad_scores", "regions")]
+TABLES = [("transcripts", "units"), ("transcripts", "segments"), ("transcripts", "words"), ("diarization", "turns"),
+          ("diarization", "speakers"), ("vad_scores", "units"), ("vad_scores", "regions")]
 
 
 def tables_of(storage, partition: str = SAMPLE_PARTITION) -> dict:

@@ -20,9 +20,11 @@ def main(args: dict) -> int:
     options, run_config = None, args.get("run_config")
     if args.get("reexecute_from"):
         parent = instance.get_run_by_id(args["reexecute_from"])
-        options, tags, run_config = dg.ReexecutionOptions.from_failure(parent.run_id, instance), parent.tags, parent.run_config
+        options, tags, run_config = (dg.ReexecutionOptions.from_failure(parent.run_id, instance), parent.tags,
+                                     parent.run_config)
     elif args.get("last"):
-        tags = {"dagster/asset_partition_range_start": args["partition"], "dagster/asset_partition_range_end": args["last"]}
+        tags = {"dagster/asset_partition_range_start": args["partition"],
+                "dagster/asset_partition_range_end": args["last"]}
     else:
         tags = {"dagster/partition": args["partition"]}
     assets = [dg.AssetKey(key) for key in args["assets"]] if args.get("assets") else None

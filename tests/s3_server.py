@@ -65,7 +65,8 @@ class FaultProxy:
             def _denied(self) -> bool:
                 key = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
                 return self.command in ("PUT", "POST", "DELETE") and (
-                    key.split("/")[0] in proxy.read_only_buckets or any(key.startswith(p) for p in proxy.read_only_prefixes))
+                    key.split("/")[0] in proxy.read_only_buckets
+                    or any(key.startswith(p) for p in proxy.read_only_prefixes))
 
             def _answer(self, status: int, body: bytes) -> None:
                 self.send_response(status)

@@ -43,8 +43,8 @@ def postgres_bin() -> pathlib.Path:
     for folder in reversed(found):
         if (folder / "initdb").exists() and (folder / "pg_ctl").exists():
             return folder
-    raise RuntimeError(f"no PostgreSQL server under {PG_BIN_GLOB}: run scripts/install.sh as root (it installs Debian's "
-                       "postgresql package), or install initdb/pg_ctl/postgres there")
+    raise RuntimeError(f"no PostgreSQL server under {PG_BIN_GLOB}: run scripts/install.sh as root "
+                       "(it installs Debian's postgresql package), or install initdb/pg_ctl/postgres there")
 
 
 class PostgresServer:
@@ -79,7 +79,8 @@ class PostgresServer:
         self._run(self.bin / "initdb", "-D", self.data, "-U", self.user, "--pwfile", pwfile, "--auth-local=trust",
                   "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
         self._run(self.bin / "pg_ctl", "-D", self.data, "-l", self.root / "server.log", "-w", "-t", "60", "start",
-                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off")
+                  "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
+                        "-c fsync=off")
         return self
 
     def create_database(self, name: str) -> str:

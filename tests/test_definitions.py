@@ -109,7 +109,8 @@ def test_parse_switch():
 def test_integer_and_fraction_settings_name_the_variable_and_the_range():
     assert env_int("N", 7, 1, 366, {}) == 7
     assert env_int("N", 7, 1, 366, {"N": " 3 "}) == 3
-    for bad, what in (("0", "out of range"), ("-3", "out of range"), ("abc", "not an integer"), ("2.5", "not an integer")):
+    for bad, what in (("0", "out of range"), ("-3", "out of range"), ("abc", "not an integer"),
+                      ("2.5", "not an integer")):
         with pytest.raises(SettingError, match=f"N=.*{what}.*from 1 to 366"):
             env_int("N", 7, 1, 366, {"N": bad})
     assert env_fraction("F", 0.5, {"F": "0.25"}) == 0.25
@@ -121,7 +122,8 @@ def test_integer_and_fraction_settings_name_the_variable_and_the_range():
     ("variable", "value", "message"),
     [
         ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "0", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN=0 is out of range"),
-        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer"),
+        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc",
+         "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer"),
         ("BATCH_ASSETS_SCHEDULE_RUNNING", "yes", "BATCH_ASSETS_SCHEDULE_RUNNING='yes' is not a valid boolean"),
         ("BATCH_ASSETS_SHRINK_GUARD_FRACTION", "1.5", "BATCH_ASSETS_SHRINK_GUARD_FRACTION=1.5 is out of range"),
         ("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", "1.5", "BATCH_ASSETS_DEGRADE_GUARD_FRACTION=1.5 is out of range"),
@@ -135,9 +137,11 @@ def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, me
 
 @pytest.mark.slow
 def test_dagster_cli_asset_selection_works_beside_nemo():
-    """`dagster asset list --select` parses with Dagster's ANTLR 4.13 grammar while NeMo's hydra loads (fix_antlr.py)."""
+    """`dagster asset list --select` parses with Dagster's ANTLR 4.13 grammar while NeMo's hydra loads
+    (fix_antlr.py)."""
     dagster = pathlib.Path(sys.executable).parent / "dagster"
-    listed = subprocess.run([str(dagster), "asset", "list", "-m", "batch_assets.definitions", "--select", "key:transcripts"],
+    listed = subprocess.run([str(dagster), "asset", "list", "-m", "batch_assets.definitions", "--select",
+                             "key:transcripts"],
                             capture_output=True, text=True, timeout=180, env=os.environ | {"PYTHONWARNINGS": "ignore"})
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert listed.stdout.split() == ["transcripts"]
@@ -153,7 +157,8 @@ def test_dagster_cli_asset_selection_works_beside_nemo():
 
 def test_the_baseline_gate_exists_only_when_a_baseline_is_configured():
     code = ("from batch_assets.definitions import defs; "
-            "print(sorted(k.name for k in defs.resolve_job_def('transcribe_partition').asset_layer.asset_graph.asset_check_keys))")
+            "print(sorted(k.name for k in defs.resolve_job_def('transcribe_partition')"
+            ".asset_layer.asset_graph.asset_check_keys))")
     without, configured = _python(code), _python(code, {"BATCH_ASSETS_BASELINE_URL": "/tmp/baseline-storage"})
     assert without.returncode == 0 and configured.returncode == 0, without.stderr + configured.stderr
     assert "gate_against_baseline" not in without.stdout and "gate_against_baseline" in configured.stdout

@@ -7,8 +7,8 @@ Runs are launched as processes (`execute_job`, one process per step, the shipped
 SIGKILL for real, and re-executed from failure as the instance's run retries do.
 
 The sample partition runs with every unit in a flight of its own and at most 90 audio seconds per shard (two
-flights, two flights, one flight), so each run has 3 shard steps; results are compared with the same partition processed in one process and
-one shard (`flights_of_one`, conftest).
+flights, two flights, one flight), so each run has 3 shard steps; results are compared with the same partition
+processed in one process and one shard (`flights_of_one`, conftest).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def test_the_sample_partition(deployment, flights_of_one):
     assert meta["shards"].value >= 3
     assert meta["decoder_checks_skipped"].value == 1  # the silent room's flight made no ASR call
     with deployment.instance() as instance:
-        checks = [e for e in instance.all_logs(answer["run_id"]) if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
+        checks = [e for e in instance.all_logs(answer["run_id"])
+                  if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
         assert checks and all(e.dagster_event.event_specific_data.passed for e in checks)
     files = _files(deployment)
     assert not [f for f in files if ".tmp-" in f], files  # no temporary object left behind
@@ -136,7 +137,8 @@ def test_a_kill_before_the_later_shards_start_resumes_every_flight(deployment, f
         run = instance.get_run_by_id(answer["run_id"])
         shard_steps = [k for k in run.step_keys_to_execute or [] if "gpu_shard[" in k]
         logs = "\n".join(e.user_message for e in instance.all_logs(answer["run_id"]))
-        started = {e.step_key for e in instance.all_logs(dead, of_type=dg.DagsterEventType.STEP_START) if "gpu_shard[" in e.step_key}
+        started = {e.step_key for e in instance.all_logs(dead, of_type=dg.DagsterEventType.STEP_START)
+                   if "gpu_shard[" in e.step_key}
     # what Dagster chose to rerun: at most the shard steps that had started, never one that had not. (With the pool's
     # two slots, the third shard starts the moment one of the first two ends: a kill that comes later than its
     # first commit by a few milliseconds on S3 can find all three started, and then all three rerun.)
@@ -220,7 +222,8 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
     dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=SHARDED)
     shutil.copy(source / "interview.ogg", late)
     try:
-        replan = deployment.run(partition=P, run_config={"ops": FLIGHTS_OF_ONE}, assets=["fetched_audio", "prepared_flights"])
+        replan = deployment.run(partition=P, run_config={"ops": FLIGHTS_OF_ONE},
+                                assets=["fetched_audio", "prepared_flights"])
         assert replan["success"], replan["log"].read_text()[-5000:]
         answer = deployment.run(reexecute_from=dead)
     finally:
@@ -235,7 +238,9 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
     assert not units.filter(pl.col("result_class") == "failed").height
     new = "calls__2026__a_late_upload.ogg"
     keep = [c for c in units.columns if c not in ("source_uri", "unit_id")]
-    assert units.filter(pl.col("unit_id") != new).drop("source_uri").equals(whole["transcripts", "units"].drop("source_uri"))
+    assert units.filter(pl.col("unit_id") != new).drop("source_uri").equals(
+        whole["transcripts", "units"].drop("source_uri"))
     same = lambda frame, uid: frame.filter(pl.col("unit_id") == uid).drop("unit_id")  # noqa: E731
-    assert same(units, new).select(keep).equals(same(whole["transcripts", "units"], "calls__2026__interview.ogg").select(keep))
+    assert same(units, new).select(keep).equals(
+        same(whole["transcripts", "units"], "calls__2026__interview.ogg").select(keep))
     assert same(words, new).equals(same(whole["transcripts", "words"], "calls__2026__interview.ogg"))

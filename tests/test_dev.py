@@ -36,8 +36,9 @@ def test_make_dev_stops_whole_within_15_seconds(tmp_path, sig, inherited_sigint)
     env = os.environ | {"DAGSTER_HOME": str(home), "BATCH_ASSETS_STORAGE_URL": str(tmp_path / "storage"),
                         "BATCH_ASSETS_LOCK_DIR": str(tmp_path / "locks"), "PYTHONWARNINGS": "ignore"}
     log = (tmp_path / "dev.log").open("w")
-    make = subprocess.Popen(["make", "dev", f"DEV_PORT={port}"], cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited_sigint))
+    make = subprocess.Popen(["make", "dev", f"DEV_PORT={port}"], cwd=REPO_ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited_sigint))
     try:
         wait_for_webserver(port, make, tmp_path / "dev.log")
         time.sleep(3)  # the daemon and the code server up too

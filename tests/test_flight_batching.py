@@ -80,7 +80,8 @@ def production_shaped():
 
 def flight(units: dict[str, np.ndarray]) -> tuple[np.ndarray, list[dict]]:
     offsets = np.cumsum([0, *(len(w) for w in units.values())])
-    rows = [{"unit_id": uid, "offset_samples": int(o), "num_samples": len(w)} for (uid, w), o in zip(units.items(), offsets, strict=False)]
+    rows = [{"unit_id": uid, "offset_samples": int(o), "num_samples": len(w)}
+            for (uid, w), o in zip(units.items(), offsets, strict=False)]
     return np.concatenate(list(units.values())), rows
 
 
@@ -92,7 +93,8 @@ def assert_same_outcomes(a, b, atol: float = 1e-6) -> None:
         if x.vad is not None:
             assert x.vad.regions == y.vad.regions and np.array_equal(x.vad.scores.data, y.vad.scores.data)
         if x.diarization is not None:
-            assert x.diarization.turns == y.diarization.turns and x.diarization.exclusive_turns == y.diarization.exclusive_turns
+            assert (x.diarization.turns == y.diarization.turns
+                    and x.diarization.exclusive_turns == y.diarization.exclusive_turns)
             assert list(x.diarization.embeddings) == list(y.diarization.embeddings)  # the same labels, in order
             for label, vector in x.diarization.embeddings.items():
                 np.testing.assert_allclose(y.diarization.embeddings[label], vector, rtol=0, atol=atol)
@@ -160,8 +162,8 @@ def test_lever_5_runs_fewer_segmentation_forwards_and_identical_flights(tiny, un
 
 
 # -- lever 6 ---------------------------------------------------------------------------------------
-def run_flights(models, units: dict[str, np.ndarray], levers: Levers, committed: list, fail_commit_of: str | None = None,
-                fail_load_of: str | None = None):
+def run_flights(models, units: dict[str, np.ndarray], levers: Levers, committed: list,
+                fail_commit_of: str | None = None, fail_load_of: str | None = None):
     """Two units a flight through `run_section`; each commit recorded in `committed` (flight, outcomes, thread)."""
     names = list(units)
     flights = {f"flight-{i // 2:04d}": dict(list(units.items())[i : i + 2]) for i in range(0, len(names), 2)}
@@ -184,7 +186,8 @@ def test_lever_6_gives_identical_outcomes_off_the_device_path(tiny, units):
     serial_commits, overlap_commits = [], []
     serial = run_flights(tiny, units, Levers(**SERIAL), serial_commits)
     overlap = run_flights(tiny, units, Levers(batch_across_units_enabled=False), overlap_commits)
-    assert [c[0] for c in overlap_commits] == [c[0] for c in serial_commits] == ["flight-0000", "flight-0001", "flight-0002"]
+    assert ([c[0] for c in overlap_commits] == [c[0] for c in serial_commits]
+            == ["flight-0000", "flight-0001", "flight-0002"])
     for (_, a, _), (_, b, _) in zip(serial_commits, overlap_commits, strict=True):
         assert_same_outcomes(a, b)
     assert {c[2] for c in serial_commits} == {threading.current_thread().name}
@@ -212,7 +215,8 @@ def test_lever_6_a_device_side_failure_still_commits_the_flight_handed_over(tiny
 
 
 # -- half precision --------------------------------------------------------------------------------
-@pytest.mark.skipif(not cpu_supports_bf16(), reason="this CPU has no bfloat16 instructions: half precision stays float32")
+@pytest.mark.skipif(not cpu_supports_bf16(),
+                    reason="this CPU has no bfloat16 instructions: half precision stays float32")
 def test_half_precision_runs_the_asr_encoder_in_bf16_and_hands_float32_on(tiny, units):
     """Through the section's own ASR call (`transcribe_segments`): calling the shared model's encoder directly
     would change NeMo's state for every later test in the session (measured: 308 of 383 words moved)."""
@@ -227,7 +231,8 @@ def test_half_precision_runs_the_asr_encoder_in_bf16_and_hands_float32_on(tiny, 
         for enabled in (False, True):
             seen.clear()
             with asr_encoder_autocast(asr, CPU, enabled):
-                words[enabled] = transcribe_segments(asr, {"u": units["u-mid"]}, [Segment("u", 0.0, 27.0)], batch_size=1)
+                words[enabled] = transcribe_segments(asr, {"u": units["u-mid"]}, [Segment("u", 0.0, 27.0)],
+                                                     batch_size=1)
             assert set(seen) == ({torch.bfloat16} if enabled else {torch.float32})
     finally:
         handle.remove()
@@ -236,7 +241,8 @@ def test_half_precision_runs_the_asr_encoder_in_bf16_and_hands_float32_on(tiny, 
     assert transcribe_segments(asr, {"u": units["u-mid"]}, [Segment("u", 0.0, 27.0)], batch_size=1) == words[False]
 
 
-@pytest.mark.skipif(not cpu_supports_bf16(), reason="this CPU has no bfloat16 instructions: half precision stays float32")
+@pytest.mark.skipif(not cpu_supports_bf16(),
+                    reason="this CPU has no bfloat16 instructions: half precision stays float32")
 def test_half_precision_trunk_and_words_stay_close(tiny, units):
     audio, rows = flight(units)
     full = process_flight(tiny, "f", audio, rows, Levers(), SectionStats())
@@ -246,5 +252,6 @@ def test_half_precision_trunk_and_words_stay_close(tiny, units):
     assert words_full and words_half
     assert [o.result_class for o in full] == [o.result_class for o in half]
     changed = any(not np.array_equal(f.diarization.embeddings[k], h.diarization.embeddings.get(k, np.zeros(0)))
-                  for f, h in zip(full, half, strict=True) if f.diarization and h.diarization for k in f.diarization.embeddings)
+                  for f, h in zip(full, half, strict=True) if f.diarization and h.diarization
+                  for k in f.diarization.embeddings)
     assert changed  # the trunk ran in bfloat16: embeddings moved (whether results hold is the gate's call)

@@ -45,7 +45,8 @@ def test_identical_runs_pass(runs):
 def test_changed_words_fail(runs):
     _, candidate = runs
     _rewrite(candidate, "transcripts", "words",
-             lambda f: f.with_columns(pl.when(pl.col("word_index") % 10 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
+             lambda f: f.with_columns(
+                 pl.when(pl.col("word_index") % 10 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
     result = gate(*runs, [P])
     assert not result.passed and result.word_edit_rate > 0.01
 
@@ -72,7 +73,8 @@ def test_a_class_change_fails(runs):
     _, candidate = runs
     uid = _transcribed(candidate)
     _rewrite(candidate, "transcripts", "units", lambda f: f.with_columns(
-        pl.when(pl.col("unit_id") == uid).then(pl.lit("failed")).otherwise(pl.col("result_class")).alias("result_class")))
+        pl.when(pl.col("unit_id") == uid).then(pl.lit("failed"))
+        .otherwise(pl.col("result_class")).alias("result_class")))
     result = gate(*runs, [P])
     assert not result.passed and result.class_changes == [f"{uid}: transcribed -> failed"]
 
@@ -81,8 +83,8 @@ def test_a_word_on_a_silent_unit_fails(runs):
     _, candidate = runs
     silent = candidate.read_parquet("transcripts", P, "units").filter(pl.col("result_class") == "silent")["unit_id"][0]
     _rewrite(candidate, "transcripts", "words", lambda f: pl.concat([f, pl.DataFrame(
-        {"unit_id": [silent], "segment_index": [0], "word_index": [0], "start_s": [1.0], "end_s": [1.2], "word": ["hello"],
-         "speaker": ["SPEAKER_00"], "score": [0.9]},
+        {"unit_id": [silent], "segment_index": [0], "word_index": [0], "start_s": [1.0], "end_s": [1.2],
+         "word": ["hello"], "speaker": ["SPEAKER_00"], "score": [0.9]},
         schema=f.schema)]))
     result = gate(*runs, [P])
     assert not result.passed and result.words_on_silent_units == 1
@@ -113,8 +115,9 @@ def _evaluations(result) -> dict[str, bool]:
 def test_asset_checks_run_in_materialize(sample_run):
     result, _ = sample_run
     # no baseline configured: the gate check is not part of the definitions at all (never a Passed that did not run)
-    assert _evaluations(result) == {"units_accounted_for": True, "partition_has_audio": True, "no_words_on_silent_units": True,
-                                    "exports_cover_units": True, "exports_match_tables": True}
+    assert _evaluations(result) == {"units_accounted_for": True, "partition_has_audio": True,
+                                    "no_words_on_silent_units": True, "exports_cover_units": True,
+                                    "exports_match_tables": True}
 
 
 def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):
@@ -124,8 +127,10 @@ def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):
 
     baseline, _ = runs
     _rewrite(baseline, "transcripts", "words",
-             lambda f: f.with_columns(pl.when(pl.col("word_index") % 5 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
-    resources = make_resources(tmp_path / "new", lock_dir) | {"baseline": BaselineResource(storage_url=baseline.storage_url)}
+             lambda f: f.with_columns(
+                 pl.when(pl.col("word_index") % 5 == 0).then(pl.lit("zzz")).otherwise(pl.col("word")).alias("word")))
+    resources = make_resources(tmp_path / "new", lock_dir) | {
+        "baseline": BaselineResource(storage_url=baseline.storage_url)}
     result = materialize_partition(resources, checks=[gate_against_baseline])
     assert result.success  # the gate check is not blocking: the outputs are written and the failure is visible
     evaluations = _evaluations(result)

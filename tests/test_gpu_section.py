@@ -102,7 +102,8 @@ def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models
     apply_decoder_mode(models.asr, False, None, word_confidence=True)
     scored = transcribe_segments(models.asr, {"u": speech}, segments, 4)
     models.decoder_settings = None  # as a fresh worker's
-    assert len(plain) > 10 and [(w.start_s, w.end_s, w.word) for w in plain] == [(w.start_s, w.end_s, w.word) for w in scored]
+    assert (len(plain) > 10
+            and [(w.start_s, w.end_s, w.word) for w in plain] == [(w.start_s, w.end_s, w.word) for w in scored])
     assert all(w.score is None for w in plain) and all(0.0 <= w.score <= 1.0 for w in scored)
 
 
@@ -122,7 +123,8 @@ def test_decoder_changed_behind_the_sections_back_quarantines_the_worker(models,
         assert gpu_resources.quarantine_reason() is not None
         refused = materialize_partition(resources, raise_on_error=False)
         assert not refused.success
-        errors = " ".join(str(e.event_specific_data.error) for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+        errors = " ".join(str(e.event_specific_data.error) for e in refused.all_events
+                          if e.event_type_value == "STEP_FAILURE")
         assert "refuses GPU work" in errors
     finally:
         gpu_resources._QUARANTINE.clear()  # this test process goes on; a real worker would be replaced

@@ -30,7 +30,8 @@ def _ingest(storage: StorageResource):
         run_config=INGEST_CONFIG,
     )
     assert result.success
-    return storage.read_parquet("fetched_audio", PARTITION, "manifest"), storage.read_parquet("prepared_flights", PARTITION, "plan")
+    return (storage.read_parquet("fetched_audio", PARTITION, "manifest"),
+            storage.read_parquet("prepared_flights", PARTITION, "plan"))
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +98,9 @@ def test_s3_gives_the_same_manifest_as_local(mixed, local_ingest):
         client.create_bucket(Bucket="same-as-local")
         copy_tree_to_s3(client, "same-as-local", source / PARTITION, f"recordings/{PARTITION}")
         storage = StorageResource(
-            source_url="s3://same-as-local/recordings", storage_url="s3://same-as-local/batch-assets", s3_endpoint_url=s3.endpoint,
-            s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing",
+            source_url="s3://same-as-local/recordings", storage_url="s3://same-as-local/batch-assets",
+            s3_endpoint_url=s3.endpoint, s3_region="us-east-1",
+            s3_access_key_id="testing", s3_secret_access_key="testing",
         )
         manifest, plan = _ingest(storage)
         assert manifest["source_uri"].str.starts_with("s3://same-as-local/recordings/").all()

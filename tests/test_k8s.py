@@ -64,9 +64,11 @@ def _step_jobs() -> dict[str, dict]:
     api = kubernetes.client.ApiClient()
     jobs = {}
     for name, node in _op_nodes(job_def.graph):
-        context = _run_container_context().merge(K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(node.tags)))
+        context = _run_container_context().merge(
+            K8sContainerContext(run_k8s_config=get_user_defined_k8s_config(node.tags)))
         job = construct_dagster_k8s_job(
-            job_config=config, args=["dagster", "api", "execute_step"], job_name=f"dagster-step-{name.replace('_', '-').replace('.', '-')}",
+            job_config=config, args=["dagster", "api", "execute_step"],
+            job_name=f"dagster-step-{name.replace('_', '-').replace('.', '-')}",
             component="step_worker", user_defined_k8s_config=context.run_k8s_config,
             labels={"dagster/op": node.name}, env_vars=[{"name": "DAGSTER_RUN_STEP_KEY", "value": name}],
         )

@@ -2,8 +2,8 @@
 kill in the middle of a unit resumed from its last committed window.
 
 The long unit is 440-odd seconds of the sample's four voices (`batch_assets/long_audio.py`), cut into 120-second
-windows overlapped by 10 s (four of them), beside two sample units shorter than a window. The windowed run is shared by the
-tests here; the kill is real (SIGKILL to the run's process group) and the re-execution is Dagster's.
+windows overlapped by 10 s (four of them), beside two sample units shorter than a window. The windowed run is
+shared by the tests here; the kill is real (SIGKILL to the run's process group) and the re-execution is Dagster's.
 """
 
 from __future__ import annotations
@@ -99,19 +99,24 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
                                 {"unit_id": "u", "flight_id": "f1-w0001", "window": 1, "window_start_s": 80.0,
                                  "duration_s": 70.0}, {"unit_id": "t", "flight_id": "f2"}])
     w0, w1 = "u.w0000", "u.w0001"
-    turns = [(w0, 0, 40, "SPEAKER_00"), (w0, 41, 99, "SPEAKER_01"), (w1, 0, 15, "SPEAKER_00"), (w1, 20, 70, "SPEAKER_01")]
+    turns = [(w0, 0, 40, "SPEAKER_00"), (w0, 41, 99, "SPEAKER_01"), (w1, 0, 15, "SPEAKER_00"),
+             (w1, 20, 70, "SPEAKER_01")]
     fragments = {
         "outcomes": _frame(tables.OUTCOMES_SCHEMA, [{"unit_id": u, "result_class": "transcribed", "duration_s": d}
                                                     for u, d in (("s", 5.0), (w0, 100.0), (w1, 70.0), ("t", 5.0))]),
         "speakers": _frame(tables.SPEAKERS_SCHEMA, [
             {"unit_id": "s", "speaker": "SPEAKER_00", "embedding": a.tolist(), "speech_s": 5.0},
-            {"unit_id": w0, "speaker": "SPEAKER_00", "embedding": a.tolist(), "speech_s": 40.0, "segmentation": "reused"},
-            {"unit_id": w0, "speaker": "SPEAKER_01", "embedding": b.tolist(), "speech_s": 58.0, "segmentation": "reused"},
+            {"unit_id": w0, "speaker": "SPEAKER_00", "embedding": a.tolist(), "speech_s": 40.0,
+             "segmentation": "reused"},
+            {"unit_id": w0, "speaker": "SPEAKER_01", "embedding": b.tolist(), "speech_s": 58.0,
+             "segmentation": "reused"},
             {"unit_id": w1, "speaker": "SPEAKER_00", "embedding": (b + 0.01).tolist(), "speech_s": 15.0},
             {"unit_id": w1, "speaker": "SPEAKER_01", "embedding": (a + 0.01).tolist(), "speech_s": 50.0}]),
-        "turns": _frame(tables.TURNS_SCHEMA, [{"unit_id": u, "start_s": float(s), "end_s": float(e), "speaker": k, "exclusive": x}
-                                             for x in (False, True) for u, s, e, k in turns]),
-        "regions": _frame(tables.REGIONS_SCHEMA, [{"unit_id": u, "start_s": float(s), "end_s": float(e)} for u, s, e, _ in turns]),
+        "turns": _frame(tables.TURNS_SCHEMA, [
+            {"unit_id": u, "start_s": float(s), "end_s": float(e), "speaker": k, "exclusive": x}
+            for x in (False, True) for u, s, e, k in turns]),
+        "regions": _frame(tables.REGIONS_SCHEMA, [{"unit_id": u, "start_s": float(s), "end_s": float(e)}
+                                                  for u, s, e, _ in turns]),
         "words": _frame(tables.WORDS_SCHEMA, [
             {"unit_id": "s", "word": "hello", "start_s": 1.0, "end_s": 2.0, "word_index": 0, "segment_index": 0},
             *({"unit_id": u, "word": w, "start_s": s, "end_s": s + 1, "speaker": k} for u, w, s, k in (
@@ -138,7 +143,8 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
         assert frame["unit_id"].unique(maintain_order=True).to_list() == expected, name
         for other in ("s", "t"):
             assert frame.filter(pl.col("unit_id") == other).equals(fragments[name].filter(pl.col("unit_id") == other))
-    turns_out = out["turns"].filter(~pl.col("exclusive") & (pl.col("unit_id") == "u")).select("start_s", "end_s", "speaker")
+    turns_out = (out["turns"].filter(~pl.col("exclusive") & (pl.col("unit_id") == "u"))
+                 .select("start_s", "end_s", "speaker"))
     assert turns_out.rows() == [(0.0, 40.0, "SPEAKER_00"), (41.0, 95.0, "SPEAKER_01"), (100.0, 150.0, "SPEAKER_00")]
     assert out["regions"].filter(pl.col("unit_id") == "u").select("start_s", "end_s").rows() == [
         (0.0, 40.0), (41.0, 95.0), (100.0, 150.0)]
@@ -166,13 +172,15 @@ def _two_windows(first: str) -> tuple[dict, pl.DataFrame]:
     w0, w1 = "u.w0000", "u.w0001"
     plan = _frame(PLAN_SCHEMA, [{"unit_id": "u", "flight_id": f"f-w000{i}", "window": i, "window_start_s": 80.0 * i,
                                  "duration_s": 100.0 - 30 * i} for i in (0, 1)])
-    vad = [{"unit_id": w, "flight_id": f"f-w000{i}", "num_chunks": 91 - 30 * i, "frames_per_chunk": 1, "local_speakers": 1,
-            "chunk_duration_s": 10.0, "chunk_step_s": 1.0, "scores_uri": w} for i, w in enumerate((w0, w1))]
+    vad = [{"unit_id": w, "flight_id": f"f-w000{i}", "num_chunks": 91 - 30 * i, "frames_per_chunk": 1,
+            "local_speakers": 1, "chunk_duration_s": 10.0, "chunk_step_s": 1.0, "scores_uri": w}
+           for i, w in enumerate((w0, w1))]
     outcome = {"silent": {"result_class": "silent", "reason": "no speech detected by VAD"},
                "failed": {"result_class": "failed", "reason": "RuntimeError: boom"}}[first]
     fragments = {
         "outcomes": _frame(tables.OUTCOMES_SCHEMA, [{"unit_id": w0, "duration_s": 100.0} | outcome,
-                                                    {"unit_id": w1, "duration_s": 70.0, "result_class": "transcribed"}]),
+                                                    {"unit_id": w1, "duration_s": 70.0,
+                                                     "result_class": "transcribed"}]),
         "vad_units": _frame(tables.VAD_UNITS_SCHEMA, vad if first == "silent" else vad[1:]),
         "regions": _frame(tables.REGIONS_SCHEMA, [{"unit_id": w1, "start_s": 20.0, "end_s": 30.0}]),
         "turns": _frame(tables.TURNS_SCHEMA, [{"unit_id": w1, "start_s": 20.0, "end_s": 30.0, "speaker": "SPEAKER_00",
@@ -237,7 +245,8 @@ def test_a_window_is_told_at_most_the_units_voices_and_a_windowed_unit_flies_alo
     assert window_hints(SpeakerHints(num_speakers=3)) == SpeakerHints(max_speakers=3)  # a window may hold fewer
     assert window_hints(SpeakerHints(min_speakers=2, max_speakers=5)) == SpeakerHints(max_speakers=5)
     assert window_hints(SpeakerHints(min_speakers=2)) == SpeakerHints()
-    plan = plan_flights([("a", 10.0), ("long", 500.0), ("b", 10.0), ("c", 10.0)], budget_s=1800, alone=frozenset({"long"}))
+    plan = plan_flights([("a", 10.0), ("long", 500.0), ("b", 10.0), ("c", 10.0)], budget_s=1800,
+                        alone=frozenset({"long"}))
     assert [(p.flight_id, p.unit_id) for p in plan] == [("flight-0000", "a"), ("flight-0001", "long"),
                                                         ("flight-0002", "b"), ("flight-0002", "c")]
 
@@ -250,7 +259,8 @@ def test_the_guards_count_a_windowed_unit_once():
 
     failed = {"unit_id": "long", "result_class": "fetch_failed", "reason": "storage kept failing"}
     plan = _frame(PLAN_SCHEMA, [failed | {"flight_id": f"flight-0000-w{w:04d}", "window": w} for w in range(3)])
-    manifest = pl.DataFrame({"unit_id": ["long"], "source_uri": ["s3://b/2026-03-02/long.flac"], "relative_key": ["long.flac"]})
+    manifest = pl.DataFrame({"unit_id": ["long"], "source_uri": ["s3://b/2026-03-02/long.flac"],
+                             "relative_key": ["long.flac"]})
     units = with_source_uris(plan, manifest)
     assert units.height == 1 and systemic_problem(units) is None
 
@@ -294,7 +304,8 @@ def windowed_run(tmp_path_factory, lock_dir, long_source):
 def test_a_unit_longer_than_the_window_keeps_one_label_per_voice(windowed_run, long_source):
     storage, turns = windowed_run, long_source[1]
     plan = storage.read_parquet("prepared_flights", LONG_DAY, "plan").filter(pl.col("unit_id") == LONG_ID)
-    units = storage.read_parquet("transcripts", LONG_DAY, "units").filter(pl.col("unit_id") == LONG_ID).row(0, named=True)
+    units = (storage.read_parquet("transcripts", LONG_DAY, "units").filter(pl.col("unit_id") == LONG_ID)
+             .row(0, named=True))
     windows = 1 + int(np.ceil((units["duration_s"] - 120) / 110))
     assert windows >= 4 and plan["window"].to_list() == list(range(windows))
     assert plan["flight_id"].n_unique() == windows  # a flight per window

@@ -37,7 +37,8 @@ def test_sample_is_written_in_the_models_vocabulary_but_not_in_its_sentences():
     assert not outside_vocabulary(sentences, REPORT["words"])
     assert all(s == s.lower() and s.replace(" ", "").isalpha() for s in sentences)
     # the training sentences, regenerated exactly as train_asr drew them (seeded; the first N of the draw)
-    trained = make_sentences(REPORT["train_utterances"], np.random.default_rng(REPORT["seed"]), vocabulary=REPORT["words"])
+    trained = make_sentences(REPORT["train_utterances"], np.random.default_rng(REPORT["seed"]),
+                             vocabulary=REPORT["words"])
     # ... and the grammatical ones (train_asr --grammar), the draw most likely to write a sample sentence
     trained += make_grammar_sentences(REPORT["grammar_train_utterances"], np.random.default_rng(REPORT["seed"] + 1),
                                       vocabulary=REPORT["words"])
@@ -78,7 +79,8 @@ def test_speakers_match_the_ground_truth(sample_run):
         mids = ((unit_words["start_s"] + unit_words["end_s"]) / 2).to_numpy()
         ref = []
         for m in mids:
-            turn = min(truth["turns"], key=lambda t: 0 if t["start_s"] <= m <= t["end_s"] else min(abs(m - t["start_s"]), abs(m - t["end_s"])))
+            turn = min(truth["turns"], key=lambda t: 0 if t["start_s"] <= m <= t["end_s"]
+                                                     else min(abs(m - t["start_s"]), abs(m - t["end_s"])))
             ref.append(turn["speaker"])
         hyp = unit_words["speaker"].to_list()
         r_labels, h_labels = sorted(set(ref)), sorted({h for h in hyp if h is not None})

@@ -42,7 +42,8 @@ def _s3_storage(s3: S3Server, storage_root: pathlib.Path) -> StorageResource:
 def _freeze(client, partition: str) -> None:
     """Move every object of the partition to a cold storage class: still listed, no longer served."""
     for key in S3_KEYS:
-        client.copy_object(Bucket="cold-audio", Key=f"{partition}/{key}", CopySource={"Bucket": "cold-audio", "Key": f"{partition}/{key}"},
+        client.copy_object(Bucket="cold-audio", Key=f"{partition}/{key}",
+                           CopySource={"Bucket": "cold-audio", "Key": f"{partition}/{key}"},
                            StorageClass="GLACIER", MetadataDirective="COPY")
 
 
@@ -138,7 +139,8 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
     audio, units = _flight()
     # the decoder mode these levers ask for, as `run_section` applies it before its flights (the models are this
     # process's shared ones: another test may have left the decoder in another mode)
-    loaded.decoder_settings = apply_decoder_mode(loaded.asr, Levers().asr_cuda_graphs_enabled, None, loaded.word_confidence)
+    loaded.decoder_settings = apply_decoder_mode(loaded.asr, Levers().asr_cuda_graphs_enabled, None,
+                                                 loaded.word_confidence)
     model = pyannote_adapter.segmentation_inference(loaded.diarization).model
     handle = model.register_forward_pre_hook(inject)
     try:
@@ -180,7 +182,8 @@ def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp
     storage_root = tmp_path / "storage"
     resources = make_resources(storage_root, lock_dir, source=tmp_path / "source")
     assert materialize_partition(resources, COLD_DAY, run_config={"ops": FLIGHTS_OF_ONE}).success
-    published = ("vad_scores", "diarization", "transcripts")  # the GPU section's tables and arrays (ingest reruns, rightly)
+    # the GPU section's tables and arrays (ingest reruns, rightly)
+    published = ("vad_scores", "diarization", "transcripts")
     before = {k: v for k, v in _files(storage_root).items() if k.startswith(published)}
 
     answers = multiprocessing.get_context("spawn").Queue()
@@ -191,7 +194,8 @@ def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp
     child.join(60)
     assert not answer["success"]
     assert "worker quarantined after a device fault" in answer["failures"], answer["failures"]
-    assert "illegal memory access" in answer["failures"] and "1 of the 2 flight(s) it ran are committed" in answer["failures"]
+    assert ("illegal memory access" in answer["failures"]
+            and "1 of the 2 flight(s) it ran are committed" in answer["failures"])
     assert "this worker is quarantined and refuses GPU work" in answer["failures"]  # the retry, in this same process
     assert answer["restarts"] >= 1  # retried: in a fresh process (a pod) on a deployment
     after = {k: v for k, v in _files(storage_root).items() if k.startswith(published)}
@@ -290,7 +294,8 @@ def test_a_file_swapped_after_listing_is_not_decoded(tmp_path, lock_dir):
     call = manifest.filter(pl.col("relative_key") == "call::1.wav").row(0, named=True)
     assert by_unit[call["unit_id"]]["duration_s"] == pytest.approx(call["duration_s"], abs=0.01)
     # the gate's "no lost speech" counts a changed unit's listed audio as not heard
-    assert _undecoded_s({"result_class": "changed_since_listed", "declared_duration_s": 49.8, "duration_s": 49.8}) == 49.8
+    assert _undecoded_s({"result_class": "changed_since_listed", "declared_duration_s": 49.8,
+                         "duration_s": 49.8}) == 49.8
 
 
 def by_unit_suffix(by_unit: dict, prefix: str) -> str:
@@ -328,7 +333,8 @@ def test_an_unreadable_lease_record_expires_with_its_ttl(tmp_path):
     assert json.loads((record.parent / "gen-000002.json").read_bytes())["holder"] == "run-b"  # written whole, read back
     with S3Server() as s3:  # on S3 the record's age is its LastModified
         s3.client().create_bucket(Bucket="unreadable-lease")
-        s3.client().put_object(Bucket="unreadable-lease", Key=f"out/.leases/{COLD_DAY}/gen-000001.json", Body=b"{\"holder\": ")
+        s3.client().put_object(Bucket="unreadable-lease", Key=f"out/.leases/{COLD_DAY}/gen-000001.json",
+                               Body=b"{\"holder\": ")
         lease = PartitionLease(_s3_out(s3, s3.endpoint, "unreadable-lease"), COLD_DAY, holder="run-b", ttl_s=1.0)
         time.sleep(1.5)
         lease.acquire(wait_s=0, log=logged.append)
@@ -342,10 +348,12 @@ def test_a_store_that_ignores_if_none_match_lets_only_one_writer_on(tmp_path):
 
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="racing-leases")
-        honoured = [PartitionLease(_s3_out(s3, s3.endpoint, "racing-leases"), COLD_DAY, holder=h) for h in ("run-a", "run-b")]
+        honoured = [PartitionLease(_s3_out(s3, s3.endpoint, "racing-leases"), COLD_DAY, holder=h)
+                    for h in ("run-a", "run-b")]
         assert honoured[0]._claim(1) and not honoured[1]._claim(1)  # a store that honours it: one winner
         s3.proxy.ignore_if_none_match = True
-        first, second = (PartitionLease(_s3_out(s3, s3.faulty_endpoint, "racing-leases"), FIRST_DAY, holder=h) for h in ("run-a", "run-b"))
+        first, second = (PartitionLease(_s3_out(s3, s3.faulty_endpoint, "racing-leases"), FIRST_DAY, holder=h)
+                         for h in ("run-a", "run-b"))
         assert first._claim(1)  # both listed generation 0 as free, then both created generation 1:
         assert second._claim(1)  # the store let the second replace the first's record
         first.generation = second.generation = 1
@@ -389,8 +397,8 @@ def _engine_event(instance, run, pid: int, timestamp: float, **identity) -> None
     from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
     from dagster._core.events.log import EventLogEntry
 
-    metadata = {"pid": dg.MetadataValue.int(pid)} | {k: (dg.MetadataValue.int(v) if isinstance(v, int) else dg.MetadataValue.text(v))
-                                                     for k, v in identity.items()}
+    metadata = {"pid": dg.MetadataValue.int(pid)} | {
+        k: (dg.MetadataValue.int(v) if isinstance(v, int) else dg.MetadataValue.text(v)) for k, v in identity.items()}
     event = DagsterEvent(DagsterEventType.ENGINE_EVENT.value, job_name=run.job_name, message="process",
                          event_specific_data=EngineEventData(metadata))
     instance.store_event(EventLogEntry(error_info=None, level=logging.INFO, user_message="process", run_id=run.run_id,

@@ -36,7 +36,8 @@ def test_schedule_tick_requests_yesterdays_partition(tick, partition):
 def test_asset_job_covers_the_six_assets_and_their_checks_with_retries():
     job = defs.resolve_job_def("transcribe_partition")
     keys = {k.to_user_string() for k in job.asset_layer.executable_asset_keys}
-    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
+    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts",
+                    "transcript_exports"}
     checks = {c.name for c in job.asset_layer.asset_graph.asset_check_keys}
     assert checks == {"units_accounted_for", "partition_has_audio", "no_words_on_silent_units", "exports_cover_units",
                       "exports_match_tables"}  # no baseline configured
@@ -53,7 +54,8 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
     from batch_assets.definitions import all_assets, transcripts_checks
     from batch_assets.gpu.resources import GpuResource, model_loads
 
-    layout = {"2026-02-01": ["meetings/planning.mp3"], "2026-02-02": ["silence/empty_room.wav", "calls/2026/support_call.flac"]}
+    layout = {"2026-02-01": ["meetings/planning.mp3"],
+              "2026-02-02": ["silence/empty_room.wav", "calls/2026/support_call.flac"]}
     source = make_source(tmp_path / "source", layout)
     resources = make_resources(tmp_path / "storage", lock_dir, source=source)
     # a batch size no other test uses: models this process has not loaded yet, so the load is counted here
@@ -70,7 +72,8 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
     by_asset: dict[str, dict[str, dict]] = {}
     for m in events:
         by_asset.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
-    assert set(by_asset) == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
+    assert set(by_asset) == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts",
+                             "transcript_exports"}
     for asset, partitions in by_asset.items():
         assert set(partitions) == set(layout), asset
     transcripts = by_asset["transcripts"]
@@ -94,7 +97,8 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
 def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
     from batch_assets.definitions import all_assets
 
-    source = make_source(tmp_path / "source", {"2026-02-01": ["silence/empty_room.wav"], "2026-02-02": ["silence/empty_room.wav"]})
+    source = make_source(tmp_path / "source",
+                         {"2026-02-01": ["silence/empty_room.wav"], "2026-02-02": ["silence/empty_room.wav"]})
     result = dg.materialize(
         all_assets,
         resources=make_resources(tmp_path / "storage", lock_dir, source=source),

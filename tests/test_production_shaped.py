@@ -62,5 +62,6 @@ def test_community1_shaped_segments_with_segmentation_3_0s_network_on_10_s_chunk
     # trained, not random: speech and silence get different decisions
     from .test_embedding_trunk import speech
 
-    scores = inference({"waveform": torch.from_numpy(speech("meetings/standup.wav", 20))[None], "sample_rate": 16000, "uri": "u"})
+    scores = inference({"waveform": torch.from_numpy(speech("meetings/standup.wav", 20))[None], "sample_rate": 16000,
+                        "uri": "u"})
     assert 0.2 < float((scores.data.max(axis=-1) > 0).mean()) < 1.0

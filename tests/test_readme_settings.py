@@ -36,7 +36,8 @@ def _environ_names(tree: ast.AST) -> set[str]:
             func = ast.unparse(node.func)
             if func in ("os.environ.get", "os.environ.setdefault", "os.getenv"):
                 names.add(node.args[0].value)
-        if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ" and isinstance(node.slice, ast.Constant):
+        if (isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ"
+                and isinstance(node.slice, ast.Constant)):
             names.add(node.slice.value)
     return names
 
@@ -69,7 +70,8 @@ def test_only_settings_py_parses_a_variable():
 def test_the_tools_table_lists_every_other_variable_we_touch_and_nothing_else():
     ours = {n for v in variables().values() for n in v.names}
     touched = set().union(*(_environ_names(tree) for _, tree in _modules()))
-    touched |= set(re.findall(r"^export (\w+)", (REPO_ROOT / "Makefile").read_text(), re.M))  # set for every make target
+    # set for every make target
+    touched |= set(re.findall(r"^export (\w+)", (REPO_ROOT / "Makefile").read_text(), re.M))
     section, rows = _tables()
     tools = {name for name in rows if f"`{name}`" in section.split(readme_table(), 1)[1]}
     assert touched - ours - tools == set(), "README.md's second configuration table lacks these variables"

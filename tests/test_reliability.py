@@ -59,7 +59,8 @@ def _with_storage(resources: dict, **fields) -> dict:
 
 
 def _failure_messages(result) -> str:
-    return "\n".join(str(e.event_specific_data.error) for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return "\n".join(str(e.event_specific_data.error) for e in result.all_events
+                     if e.event_type_value == "STEP_FAILURE")
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +148,8 @@ def test_a_first_time_empty_day_materializes_with_a_warning_and_no_model_load(gu
     assert result.success
     assert model_loads() == loads
     evaluation = next(e.asset_check_evaluation_data for e in result.all_events
-                      if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.asset_check_evaluation_data.check_name == "partition_has_audio")
+                      if e.event_type_value == "ASSET_CHECK_EVALUATION"
+                      and e.asset_check_evaluation_data.check_name == "partition_has_audio")
     assert evaluation.passed is False and evaluation.severity == dg.AssetCheckSeverity.WARN
     assert evaluation.metadata["source"].value == str(source / EMPTY_DAY)
     assert resources["storage"].read_parquet("transcripts", EMPTY_DAY, "units").is_empty()
@@ -192,8 +194,9 @@ def test_read_only_storage_fails_in_seconds_without_loading_models_or_fetching(t
         s3.client().create_bucket(Bucket="readonly")
         s3.proxy.read_only_buckets.add("readonly")
         resources = _with_storage(
-            make_resources(tmp_path / "unused", lock_dir), storage_url="s3://readonly/out", s3_endpoint_url=s3.faulty_endpoint,
-            s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing", s3_max_attempts=1,
+            make_resources(tmp_path / "unused", lock_dir), storage_url="s3://readonly/out",
+            s3_endpoint_url=s3.faulty_endpoint, s3_region="us-east-1", s3_access_key_id="testing",
+            s3_secret_access_key="testing", s3_max_attempts=1,
         )
         resources["gpu"] = GpuResource(lock_dir=str(lock_dir), device="cpu", embedding_batch_size=3)
         loads, started = model_loads(), time.perf_counter()
@@ -212,9 +215,9 @@ def test_the_fault_proxy_passes_head_and_range_requests_through(tmp_path):
     with S3Server(flaky_failures=2) as s3:
         s3.client().create_bucket(Bucket="proxy")
         s3.client().put_object(Bucket="proxy", Key="in/flaky_big.wav", Body=body)
-        storage = StorageResource(source_url="s3://proxy/in", storage_url=str(tmp_path), s3_endpoint_url=s3.faulty_endpoint,
-                                  s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing",
-                                  s3_max_attempts=1)
+        storage = StorageResource(source_url="s3://proxy/in", storage_url=str(tmp_path),
+                                  s3_endpoint_url=s3.faulty_endpoint, s3_region="us-east-1",
+                                  s3_access_key_id="testing", s3_secret_access_key="testing", s3_max_attempts=1)
         fs, path = storage.filesystem("s3://proxy/in/flaky_big.wav")
         assert fs.info(path)["size"] == len(body)  # a HEAD through the proxy
         with open(tmp_path / "copy", "w+b") as dest:
@@ -240,8 +243,8 @@ def _cli_env(tmp_path: pathlib.Path, source: pathlib.Path) -> dict[str, str]:
 
 def _start_cli(env: dict, log: pathlib.Path, *args: str) -> subprocess.Popen:
     """`batch-assets run --verbose`: Dagster's event log live, for the tests that wait for an event in it."""
-    return subprocess.Popen([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION, "--verbose", *args], env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION, "--verbose",
+                             *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait_for(log: pathlib.Path, text: str, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -279,9 +282,10 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
         assert new.job_name == "transcribe_partition" and new.status == dg.DagsterRunStatus.SUCCESS
         checks = instance.get_records_for_run(new.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
         names = {r.event_log_entry.dagster_event.event_specific_data.check_name for r in checks}
-        assert names == {"units_accounted_for", "partition_has_audio", "no_words_on_silent_units", "exports_cover_units",
-                         "exports_match_tables"}
-    # the quiet output: a line per step, every check with its result, the run id and what to do next; the event log in a file
+        assert names == {"units_accounted_for", "partition_has_audio", "no_words_on_silent_units",
+                         "exports_cover_units", "exports_match_tables"}
+    # the quiet output: a line per step, every check with its result, the run id and what to do next;
+    # the event log in a file
     out = second.stdout
     assert "DEBUG" not in out and "Warning" not in out, out
     for name in names:
@@ -293,7 +297,8 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     assert "STEP_SUCCESS" in pathlib.Path(log).read_text()
     # a unit rerun from the command line, with a speaker-count hint: only the GPU assets and the exports run
     again = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION, "--units",
-                            "meetings/planning.mp3", "--num-speakers", "1", *[part for pair in flags.items() for part in pair]],
+                            "meetings/planning.mp3", "--num-speakers", "1",
+                            *[part for pair in flags.items() for part in pair]],
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
     assert "ok     fetched_audio" not in again.stdout and "ok     transcript_exports" in again.stdout
@@ -310,7 +315,8 @@ def test_run_flags_name_their_variables_and_a_backwards_range_is_refused(tmp_pat
     for flag, variable in (("--source", "BATCH_ASSETS_SOURCE_URL"), ("--storage", "BATCH_ASSETS_STORAGE_URL"),
                            ("--asr-model", "BATCH_ASSETS_ASR_MODEL"), ("--device", "BATCH_ASSETS_DEVICE"),
                            ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE")):
-        assert flag in shown.stdout and variable in " ".join(shown.stdout.split()).replace("- ", "-"), (flag, shown.stdout)
+        assert (flag in shown.stdout
+                and variable in " ".join(shown.stdout.split()).replace("- ", "-")), (flag, shown.stdout)
     backwards = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", "2026-01-15",
                                 "--through", "2026-01-14"], env=env, capture_output=True, text=True, timeout=120)
     assert backwards.returncode == 2
@@ -387,7 +393,8 @@ def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
         except subprocess.TimeoutExpired:
             child = pathlib.Path(f"/proc/{proc.pid}/status").read_text()
             proc.kill()
-            raise AssertionError(f"the waiting process ignored {sig!r}; pytest's {parent}; the child's:\n{child}") from None
+            raise AssertionError(f"the waiting process ignored {sig!r}; pytest's {parent}; "
+                                 f"the child's:\n{child}") from None
     assert time.monotonic() - sent < 10 and proc.returncode != 0 and "entered" not in proc.stdout.read()
 
 

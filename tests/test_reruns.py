@@ -49,7 +49,8 @@ def copied(sample_run, tmp_path, lock_dir):
 
 
 # The tables the gate compares, under the names `batch_assets.gate.compare` reads them by.
-GATED_TABLES = {"units": ("transcripts", "units"), "words": ("transcripts", "words"), "regions": ("vad_scores", "regions")}
+GATED_TABLES = {"units": ("transcripts", "units"), "words": ("transcripts", "words"),
+                "regions": ("vad_scores", "regions")}
 
 
 def _gate_unit(baseline: dict, candidate: dict, unit_id: str) -> GateResult:

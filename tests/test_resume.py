@@ -23,7 +23,8 @@ def test_a_run_that_executes_every_step_runs_every_shard():
 
 
 def test_a_reexecution_runs_the_shards_it_names_for_this_partition_only():
-    keys = ["gpu_section.gpu_shard[20260201_s001]", "gpu_section.gpu_shard[20260202_s000]", "gpu_section.assemble_gpu_tables"]
+    keys = ["gpu_section.gpu_shard[20260201_s001]", "gpu_section.gpu_shard[20260202_s000]",
+            "gpu_section.assemble_gpu_tables"]
     assert executing_shards(keys, P, 3) == [1]
     assert executing_shards(["gpu_section.assemble_gpu_tables"], P, 3) == []
 
@@ -42,8 +43,8 @@ def test_every_planned_flight_has_exactly_one_owner_among_the_shards_that_run():
 
 def test_a_flights_fingerprint_follows_its_units_and_audio_not_its_file():
     manifest = pl.DataFrame({"unit_id": ["a", "b"], "sha256": ["s1", "s2"]})
-    plan = pl.DataFrame({"flight_id": ["f0", "f0"], "unit_id": ["a", "b"], "position": [0, 1], "offset_samples": [0, 10],
-                         "num_samples": [10, 20], "result_class": ["ok", "ok"]})
+    plan = pl.DataFrame({"flight_id": ["f0", "f0"], "unit_id": ["a", "b"], "position": [0, 1],
+                         "offset_samples": [0, 10], "num_samples": [10, 20], "result_class": ["ok", "ok"]})
     flights = pl.DataFrame({"flight_id": ["f0"], "num_units": [2], "audio_s": [1.0], "audio_uri": ["/v1/f0.npy"]})
     [first] = planned_flights(manifest, plan, flights)
     [moved] = planned_flights(manifest, plan, flights.with_columns(pl.lit("/v2/f0.npy").alias("audio_uri")))

@@ -37,7 +37,8 @@ def _table(storage, asset, name) -> pl.DataFrame:
 def test_all_six_assets_materialized(sample_run):
     result, _ = sample_run
     keys = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
+    assert keys == {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts",
+                    "transcript_exports"}
 
 
 def test_manifest_lists_every_audio_file_once(sample_run):
@@ -84,7 +85,8 @@ def test_vad_scores_and_regions(sample_run):
         unit_regions = regions.filter(pl.col("unit_id") == row["unit_id"])
         assert (unit_regions["end_s"] <= row["duration_s"] + 1e-6).all()  # published times are in ms, each rounded once
         ms = 1e-3 * (2 * len(unit_regions) + 1)
-        assert abs(float(unit_regions["end_s"].sum() - unit_regions["start_s"].sum()) - row["speech_s"]) < ms if len(unit_regions) else row["speech_s"] == 0
+        assert (abs(float(unit_regions["end_s"].sum() - unit_regions["start_s"].sum()) - row["speech_s"]) < ms
+                if len(unit_regions) else row["speech_s"] == 0)
 
 
 def test_silent_unit_is_silent_and_speech_units_are_transcribed(sample_run):

@@ -30,11 +30,13 @@ def test_every_bad_variable_is_named_in_one_error():
 def test_defaults_and_values_are_typed():
     default, given = Settings.from_env({}), Settings.from_env({
         "BATCH_ASSETS_SHARD_AUDIO_SECONDS": " 600 ", "BATCH_ASSETS_MODEL_CACHE": "~/models",
-        "AWS_DEFAULT_REGION": "eu-west-1", "BATCH_ASSETS_EXECUTOR": "K8S", "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true"})
+        "AWS_DEFAULT_REGION": "eu-west-1", "BATCH_ASSETS_EXECUTOR": "K8S",
+        "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true"})
     assert (default.shard_audio_seconds, given.shard_audio_seconds) == (14400, 600)
     assert given.model_cache == pathlib.Path("~/models").expanduser()
     assert (default.s3_region, given.s3_region, given.executor) == (None, "eu-west-1", "k8s")
-    assert (default.switch_defaults["half_precision_enabled"], given.switch_defaults["half_precision_enabled"]) == (False, True)
+    assert (default.switch_defaults["half_precision_enabled"],
+            given.switch_defaults["half_precision_enabled"]) == (False, True)
     with pytest.raises(dataclasses.FrozenInstanceError):
         given.shard_audio_seconds = 1  # type: ignore[misc]
 
@@ -49,7 +51,8 @@ def test_resource_strings_come_from_their_variable_when_set():
     set_ = build_resources(Settings.from_env({"BATCH_ASSETS_SOURCE_URL": "s3://b/audio", "AWS_DEFAULT_REGION": "eu",
                                               "BATCH_ASSETS_DEVICE": "cpu"}))
     unset = build_resources(Settings.from_env({}))
-    assert isinstance(set_["storage"].source_url, dg.EnvVar) and set_["storage"].source_url.env_var_name == "BATCH_ASSETS_SOURCE_URL"
+    assert (isinstance(set_["storage"].source_url, dg.EnvVar)
+            and set_["storage"].source_url.env_var_name == "BATCH_ASSETS_SOURCE_URL")
     assert set_["storage"].s3_region.env_var_name == "AWS_DEFAULT_REGION"  # the first of its variables that is set
     assert set_["gpu"].device.env_var_name == "BATCH_ASSETS_DEVICE"
     assert not isinstance(unset["storage"].source_url, dg.EnvVar) and unset["gpu"].device == "auto"

@@ -27,9 +27,9 @@ def test_an_older_deploys_plain_dicts_read_as_the_types():
     old_spec = {"partition": "2026-01-15", "shard": 1, "shards": 2, "flights": ["flight-0002"], "audio_s": 61.5,
                 "units": None}  # before shard_flights: only its own flights known
     assert ShardSpec.of(old_spec).shard_flights == [[], ["flight-0002"]]
-    old_report = {"partition": "2026-01-15", "shard": "finish", "flights": ["flight-0002"], "units": None, "audio_s": 61.5,
-                  "resumed_flights": [], "run_id": "r1", "switches": {}, "processed_flights": [], "section": None,
-                  "model_load_seconds": None, "step_peak_rss_mib": None}
+    old_report = {"partition": "2026-01-15", "shard": "finish", "flights": ["flight-0002"], "units": None,
+                  "audio_s": 61.5, "resumed_flights": [], "run_id": "r1", "switches": {}, "processed_flights": [],
+                  "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
     report = ShardReport.of(old_report)
     assert (report.shards, report.taken_over, report.shard) == (1, [], "finish")
 
@@ -37,11 +37,13 @@ def test_an_older_deploys_plain_dicts_read_as_the_types():
 def _write_untagged(manager: StorageJsonIOManager, step: dg.OpDefinition, value, mapping_key: str | None = None):
     """`value` written by `step` as an older deploy did (no type tag); the output context carries the type the step
     declares now, as a run's does."""
-    out = dg.build_output_context(step_key=f"gpu_section.{step.name}", name="result", mapping_key=mapping_key, run_id="r1",
-                                  asset_key=dg.AssetKey("x"), dagster_type=step.output_defs[0].dagster_type)
+    out = dg.build_output_context(step_key=f"gpu_section.{step.name}", name="result", mapping_key=mapping_key,
+                                  run_id="r1", asset_key=dg.AssetKey("x"),
+                                  dagster_type=step.output_defs[0].dagster_type)
     manager.handle_output(out, value)
     assert json.loads(manager.storage.read_bytes(manager._url(out)))["__type__"] == type(value).__name__
-    manager.storage.write_bytes(manager._url(out), json.dumps({k: v for k, v in to_json(value).items() if k != "__type__"}).encode())
+    manager.storage.write_bytes(manager._url(out),
+                                json.dumps({k: v for k, v in to_json(value).items() if k != "__type__"}).encode())
     return out
 
 
@@ -49,7 +51,8 @@ def test_the_io_manager_reads_untagged_values_as_the_types_their_steps_declare(t
     manager = StorageJsonIOManager(storage=StorageResource(source_url=str(tmp_path / "source"),
                                                            storage_url=str(tmp_path / "storage")))
     spec_out = _write_untagged(manager, plan_gpu_shards, SPEC, "20260115_s001")
-    loaded = manager.load_input(dg.build_input_context(upstream_output=spec_out, dagster_type=gpu_shard.ins["shard"].dagster_type))
+    loaded = manager.load_input(dg.build_input_context(upstream_output=spec_out,
+                                                       dagster_type=gpu_shard.ins["shard"].dagster_type))
     assert loaded == SPEC
     # the assembly's fan-in: each report is loaded alone, with its own upstream output's type
     report_out = _write_untagged(manager, gpu_shard, REPORT, "20260115_s001")

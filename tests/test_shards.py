@@ -45,7 +45,8 @@ def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flight
     config = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 60.0}}}}
     result = materialize_partition(resources, run_config=config)
     assert result.success
-    steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SUCCESS" and "gpu_shard[" in e.step_key}
+    steps = {e.step_key for e in result.all_events
+             if e.event_type_value == "STEP_SUCCESS" and "gpu_shard[" in e.step_key}
     assert len(steps) >= 3, steps
     meta = next(e.materialization.metadata for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "transcripts")
@@ -66,7 +67,8 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
         import time
         from batch_assets.lease import PartitionLease
         from batch_assets.storage import StorageResource
-        lease = PartitionLease(StorageResource(storage_url={str(storage.storage_url)!r}), {P!r}, holder="other-run", ttl_s=3)
+        lease = PartitionLease(StorageResource(storage_url={str(storage.storage_url)!r}), {P!r},
+                               holder="other-run", ttl_s=3)
         with lease.held():
             print("held", flush=True)
             time.sleep(600)
@@ -76,7 +78,8 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
         config = {"ops": {"fetched_audio": {"config": {"lease_wait_seconds": 1.0}}}}
         refused = materialize_partition(resources, run_config=config, raise_on_error=False)
         assert not refused.success
-        failure = next(str(e.event_specific_data.error) for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+        failure = next(str(e.event_specific_data.error) for e in refused.all_events
+                       if e.event_type_value == "STEP_FAILURE")
         assert f"partition {P} is being written by run other-run" in failure
         assert not (tmp_path / "storage" / "fetched_audio").exists()
     finally:
@@ -108,7 +111,8 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
         # the loser of a race for the same generation gets False (then waits), never an error
         fs, path = storage.filesystem("s3://leases/out/.leases/race/gen-000001.json")
         assert _exclusive_create(fs, path, b"{}") and not _exclusive_create(fs, path, b"{}")
-    fs, path = StorageResource(storage_url=str(tmp_path)).filesystem(str(tmp_path / ".leases" / "race" / "gen-000001.json"))
+    fs, path = StorageResource(storage_url=str(tmp_path)).filesystem(
+        str(tmp_path / ".leases" / "race" / "gen-000001.json"))
     assert _exclusive_create(fs, path, b"{}") and not _exclusive_create(fs, path, b"{}")
     assert sorted(p.name for p in (tmp_path / ".leases" / "race").iterdir()) == ["gen-000001.json"]  # no temporary left
 
@@ -119,7 +123,8 @@ def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
     storage = StorageResource(storage_url=str(tmp_path))
     commits = FlightCommits(storage, P, "root-run")
     assert commits.problem("flight-0000", "fp-a") == "not committed"
-    record = commits.commit("flight-0000", [], "fp-a")  # a flight whose units all failed upstream: empty fragments, still a commit
+    # a flight whose units all failed upstream: empty fragments, still a commit
+    record = commits.commit("flight-0000", [], "fp-a")
     assert commits.problem("flight-0000", "fp-a") is None and len(record["files"]) == 6
     assert "committed for another plan" in commits.problem("flight-0000", "fp-b")  # prepared_flights changed since
     fragment = pathlib.Path(next(iter(record["files"])))

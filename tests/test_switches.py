@@ -48,12 +48,15 @@ def test_lever_off_gives_identical_tables(variant, variant_runs, sample_run):
     for asset, name in TABLES:
         a = on.read_parquet(asset, SAMPLE_PARTITION, name)
         b = off.read_parquet(asset, SAMPLE_PARTITION, name)
-        drop = {"speakers": ["segmentation", "embedding_path"], "units": ["scores_uri"] if asset == "vad_scores" else []}.get(name, [])
-        if name == "speakers" and {"embedding_shared_trunk_enabled", "batch_across_units_enabled"} & set(VARIANTS[variant]):
+        drop = {"speakers": ["segmentation", "embedding_path"],
+                "units": ["scores_uri"] if asset == "vad_scores" else []}.get(name, [])
+        if (name == "speakers"
+                and {"embedding_shared_trunk_enabled", "batch_across_units_enabled"} & set(VARIANTS[variant])):
             # The shared trunk batches chunks where stock batches pairs, and lever 5 fills its batches across units: the
             # tiny x-vector's kernels on this CPU can move the last float bits of a centroid (measured: 1.2e-7). Turns
             # and labels stay exact.
-            np.testing.assert_allclose(np.array(a["embedding"].to_list()), np.array(b["embedding"].to_list()), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(np.array(a["embedding"].to_list()), np.array(b["embedding"].to_list()),
+                                       rtol=0, atol=1e-6)
             drop.append("embedding")
         assert a.drop(drop).equals(b.drop(drop)), f"{asset}/{name} differs with {variant}"
     for uri_on, uri_off in zip(on.read_parquet("vad_scores", SAMPLE_PARTITION, "units")["scores_uri"],
@@ -91,7 +94,8 @@ def test_shared_trunk_runs_one_trunk_forward_per_chunk_at_most(variant_runs, sam
     on = section_metadata(sample_run[0])
     off = section_metadata(variant_runs["embedding_shared_trunk_enabled=false"][0])
     alone = section_metadata(variant_runs["batch_across_units_enabled=false"][0])
-    assert set(on["embedding_paths"]) == {"shared trunk, batched across units"} and set(alone["embedding_paths"]) == {"shared trunk"}
+    assert (set(on["embedding_paths"]) == {"shared trunk, batched across units"}
+            and set(alone["embedding_paths"]) == {"shared trunk"})
     assert set(off["embedding_paths"]) == {"stock (switch off)"}
     assert alone["embedding_work"] == on["embedding_work"]  # the same work, in batches that span units
     w, s = on["embedding_work"], off["embedding_work"]
@@ -112,6 +116,7 @@ def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
         assert meta["stage_seconds"]["diarization"]["host"] > 0 and meta["stage_seconds"]["tables"]["host"] > 0
         assert meta["stage_seconds"]["vad"]["device"] > 0 and meta["stage_seconds"]["asr"]["device"] > 0
     # off: every host second is on the device work's path; on: only VAD's score aggregation stays there
-    assert off["host_seconds_in_section"] == pytest.approx(host(off), abs=0.005) and off["host_after_section_seconds"] == 0
+    assert (off["host_seconds_in_section"] == pytest.approx(host(off), abs=0.005)
+            and off["host_after_section_seconds"] == 0)
     assert on["host_seconds_in_section"] == pytest.approx(on["stage_seconds"]["vad"]["host"], abs=0.005)
     assert on["host_after_section_seconds"] > 0  # the last flight's host work, after the lock was released

@@ -1,4 +1,5 @@
-"""One registry of kill switches (`batch_assets/switches.py`): run config, Levers, Helm values and docs/gpu-section.md agree with it."""
+"""One registry of kill switches (`batch_assets/switches.py`): run config, Levers, Helm values and docs/gpu-section.md
+agree with it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def test_run_config_has_exactly_the_registry_switches_with_its_descriptions():
     fields = {name: f for name, f in LeverConfig.model_fields.items() if f.annotation is bool}
     assert list(fields) == NAMES
     for switch in SWITCHES:
-        assert switch.description in fields[switch.name].description and switch.env_var in fields[switch.name].description
+        assert (switch.description in fields[switch.name].description
+                and switch.env_var in fields[switch.name].description)
     for switch in SWITCHES:  # the launchpad's YAML example shows every switch, at its default
         assert f"{switch.name}: {str(switch.default).lower()}" in GpuSectionConfig.__doc__
         assert switch.helm_value == str(switch.default).lower()

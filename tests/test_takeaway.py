@@ -55,7 +55,8 @@ def test_srt_and_webvtt_parse_back_to_the_words_and_speakers(sample_run):
     for uid in exported:
         words = tables["words"].filter(pl.col("unit_id") == uid).sort("word_index")
         starts = {round(s * 1000) for s in words["start_s"]}
-        segment_speaker = dict(tables["segments"].filter(pl.col("unit_id") == uid).select("segment_index", "speaker").iter_rows())
+        segment_speaker = dict(tables["segments"].filter(pl.col("unit_id") == uid)
+                               .select("segment_index", "speaker").iter_rows())
         cues = list(srt.parse(_export_path(storage, f"{uid}.srt").read_text()))
         said, speakers = [], []
         for cue in cues:
@@ -95,14 +96,16 @@ def test_json_txt_and_rttm_match_the_tables(sample_run, tmp_path):
         assert len(lines) == segments.height
         for line, row in zip(lines, segments.iter_rows(named=True), strict=True):
             assert line.startswith(f"[{row['speaker'] or 'SPEAKER_?'} ") and line.endswith(f"]: {row['text']}"), line
-        turns = tables["turns"].filter((pl.col("unit_id") == uid) & ~pl.col("exclusive")).sort("start_s", "end_s", "speaker")
+        turns = (tables["turns"].filter((pl.col("unit_id") == uid) & ~pl.col("exclusive"))
+                 .sort("start_s", "end_s", "speaker"))
         rttm = _export_path(storage, f"{uid}.rttm")
         if not turns.height:
             assert rttm.read_text() == ""
             continue
         [(uri, annotation)] = load_rttm(str(rttm)).items()
         assert uri == uid and set(annotation.labels()) == set(turns["speaker"])
-        loaded = sorted((round(s.start, 3), round(s.end, 3), label) for s, _, label in annotation.itertracks(yield_label=True))
+        loaded = sorted((round(s.start, 3), round(s.end, 3), label)
+                        for s, _, label in annotation.itertracks(yield_label=True))
         assert loaded == sorted((r["start_s"], r["end_s"], r["speaker"]) for r in turns.iter_rows(named=True))
     assert sum(1 for r in tables["words"].iter_rows(named=True) if r["score"] is not None) == tables["words"].height
     assert 0.0 <= tables["words"]["score"].min() <= tables["words"]["score"].max() <= 1.0
@@ -138,7 +141,8 @@ def _env(extra: dict) -> dict:
 @pytest.mark.e2e
 def test_segments_are_the_words_speaker_turns(sample_run):
     _, storage = sample_run
-    segments, words = storage.read_parquet("transcripts", P, "segments"), storage.read_parquet("transcripts", P, "words")
+    segments, words = (storage.read_parquet("transcripts", P, "segments"),
+                       storage.read_parquet("transcripts", P, "words"))
     for (uid,), unit_words in words.partition_by("unit_id", as_dict=True).items():
         unit_words = unit_words.sort("word_index")
         indices = unit_words["segment_index"].to_list()
@@ -150,7 +154,8 @@ def test_segments_are_the_words_speaker_turns(sample_run):
         for row in unit_segments.iter_rows(named=True):
             mine = unit_words.filter(pl.col("segment_index") == row["segment_index"])
             assert set(mine["speaker"].to_list()) == {row["speaker"]}
-            assert (row["start_s"], row["end_s"], row["num_words"]) == (mine["start_s"][0], mine["end_s"][-1], mine.height)
+            assert ((row["start_s"], row["end_s"], row["num_words"])
+                    == (mine["start_s"][0], mine["end_s"][-1], mine.height))
             assert row["text"] == " ".join(mine["word"])
     assert segments["num_words"].sum() == words.height
 
@@ -180,8 +185,8 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     """interview.ogg has three voices (the shared run finds 3); forced to 2 by the run config, it has 2. planning.mp3's
     sidecar asks for one speaker; support_call.flac's sidecar is bad, so the run's hint applies to it, with a reason."""
     day = "2026-02-02"
-    source = make_source(tmp_path / "source", {day: ["calls/2026/interview.ogg", "meetings/planning.mp3", "calls/2026/support_call.flac",
-                                                      "silence/empty_room.wav"]})
+    source = make_source(tmp_path / "source", {day: ["calls/2026/interview.ogg", "meetings/planning.mp3",
+                                                      "calls/2026/support_call.flac", "silence/empty_room.wav"]})
     folder = source / day
     (folder / "meetings" / "planning.mp3.json").write_text('{"num_speakers": 1}')
     (folder / "calls" / "2026" / "support_call.flac.json").write_text('{"min_speakers": 3, "max_speakers": 2}')
@@ -198,10 +203,12 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     assert call["result_class"] == "transcribed" and call["hint_source"] == "run config"
     silent = units["silence__empty_room.wav"]  # no speech: diarization never ran, so no hint was applied
     assert silent["result_class"] == "silent" and (silent["hint_num_speakers"], silent["hint_source"]) == (None, None)
-    assert "speaker hints ignored: 'calls/2026/support_call.flac.json': min_speakers 3 is more than max_speakers 2" in call["reason"]
+    assert ("speaker hints ignored: 'calls/2026/support_call.flac.json': min_speakers 3 is more than max_speakers 2"
+            in call["reason"])
     speakers = storage.read_parquet("diarization", day, "speakers")
     assert speakers.filter(pl.col("unit_id") == "calls__2026__interview.ogg").height == 2
-    skipped = {r["relative_key"]: r["reason"] for r in storage.read_parquet("fetched_audio", day, "skipped").iter_rows(named=True)}
+    skipped = {r["relative_key"]: r["reason"]
+               for r in storage.read_parquet("fetched_audio", day, "skipped").iter_rows(named=True)}
     assert skipped["meetings/planning.mp3.json"] == "sidecar: speaker-count hints for 'meetings/planning.mp3'"
     assert skipped["calls/2026/support_call.flac.json"].startswith("sidecar:")
     assert skipped["calls/2026/notes.txt"].startswith("extension '.txt'")
@@ -211,8 +218,9 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
 def test_contradictory_run_hints_fail_at_once_naming_them(tmp_path, lock_dir):
     source = make_source(tmp_path / "source", {P: ["meetings/planning.mp3"]})
     resources = make_resources(tmp_path / "storage", lock_dir, source)
-    result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": {"num_speakers": 2, "max_speakers": 3}}}},
-                                   raise_on_error=False)
+    result = materialize_partition(
+        resources, run_config={"ops": {"gpu_section": {"config": {"num_speakers": 2, "max_speakers": 3}}}},
+        raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
     assert failure.step_key == "gpu_section.plan_gpu_shards"
@@ -228,8 +236,9 @@ def test_a_bad_sidecar_says_what_is_wrong_with_it():
     assert parse_sidecar(b'{"min_speakers": 2, "max_speakers": 4}', "a.wav.json").pipeline_kwargs() == {
         "min_speakers": 2, "max_speakers": 4}
     for data, message in ((b"{num_speakers: 2}", "not JSON"), (b"[2]", "a JSON object is expected"),
-                          (b'{"speakers": 2}', "unknown key(s) 'speakers'"), (b'{"num_speakers": 0}', "positive integer"),
-                          (b'{"num_speakers": true}', "positive integer"), (b'{"num_speakers": "2"}', "positive integer"),
+                          (b'{"speakers": 2}', "unknown key(s) 'speakers'"),
+                          (b'{"num_speakers": 0}', "positive integer"), (b'{"num_speakers": true}', "positive integer"),
+                          (b'{"num_speakers": "2"}', "positive integer"),
                           (b'{"num_speakers": 2, "max_speakers": 3}', "not both"),
                           (b" " * (MAX_SIDECAR_BYTES + 1), "more than a sidecar's")):
         with pytest.raises(HintError, match=re.escape(message)) as raised:

@@ -30,5 +30,6 @@ def test_a_certain_alignment_has_zero_loss():
     joint = torch.full((1, T, U + 1, V + 1 + 2), -50.0)
     joint[0, 0, 0, 0] = joint[0, 1, 1, 1] = joint[0, 2, 2, V] = 50.0  # y1 at t0, y2 at t1, blank at t2
     joint[..., V + 1 + 1] = 50.0  # duration 1 everywhere
-    loss = tdt_loss(joint, torch.tensor([[0, 1]]), torch.tensor([3]), torch.tensor([2]), durations, blank=V, reduction="none")
+    loss = tdt_loss(joint, torch.tensor([[0, 1]]), torch.tensor([3]), torch.tensor([2]), durations, blank=V,
+                    reduction="none")
     assert loss.item() == pytest.approx(0.0, abs=1e-3)

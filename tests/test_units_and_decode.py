@@ -54,7 +54,8 @@ def test_m4a_goes_through_ffmpeg(tmp_path):
 
     wav, m4a = tmp_path / "in.wav", tmp_path / "out.m4a"
     sf.write(wav, _tone(44100, 1.5, 2), 44100)
-    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(wav), "-c:a", "aac", str(m4a)], check=True)
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(wav), "-c:a", "aac", str(m4a)],
+                   check=True)
     samples, info = decode(m4a.read_bytes(), ".m4a")
     assert (info.sample_rate, info.channels) == (44100, 2)
     assert abs(len(samples) / TARGET_SAMPLE_RATE - 1.5) < 0.1

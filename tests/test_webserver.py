@@ -105,7 +105,8 @@ def _wait_for_run(client: DagsterGraphQLClient, run_id: str, timeout_s: float = 
 
 
 def _tables_exist(storage: pathlib.Path, partition: str) -> bool:
-    return all((storage / asset / partition).is_dir() for asset in ASSETS) and (storage / "transcripts" / partition / "words.parquet").exists()
+    return (all((storage / asset / partition).is_dir() for asset in ASSETS)
+            and (storage / "transcripts" / partition / "words.parquet").exists())
 
 
 def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(dagster_dev):
@@ -133,6 +134,7 @@ def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(dagster_
     # The BackfillPolicy put both partitions into one run (one model load).
     assert len(runs) == 1, runs
     tags = {t["key"]: t["value"] for t in runs[0]["tags"]}
-    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == ("2026-02-02", "2026-02-03")
+    assert (tags["dagster/asset_partition_range_start"],
+            tags["dagster/asset_partition_range_end"]) == ("2026-02-02", "2026-02-03")
     for partition in ("2026-02-02", "2026-02-03"):
         assert _tables_exist(storage, partition)

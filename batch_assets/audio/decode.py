@@ -94,8 +94,8 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
 
     def blocks() -> Iterator[np.ndarray]:
         with open(os.path.join(scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full stderr pipe cannot stall it
-            process = subprocess.Popen([_ffmpeg(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec", "pcm_f32le",
-                                        "-"], stdout=subprocess.PIPE, stderr=errors)
+            process = subprocess.Popen([_ffmpeg(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec",
+                                        "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
             try:
                 size, pending = BLOCK_FRAMES * channels * 4, b""
                 while chunk := process.stdout.read(size):
@@ -178,7 +178,8 @@ class _Resampled:
     def _append(self, piece: np.ndarray) -> None:
         end = self.length + len(piece)
         if end > len(self.out):  # the header under-declared the length: grow (rare)
-            self.out = np.concatenate([self.out[: self.length], np.empty(max(end - self.length, len(self.out) // 4), np.float32)])
+            self.out = np.concatenate([self.out[: self.length],
+                                       np.empty(max(end - self.length, len(self.out) // 4), np.float32)])
         self.out[self.length : end] = piece
         self.length = end
 

@@ -46,7 +46,8 @@ def export_frames(tables: dict[str, pl.DataFrame], unit: str | None = None, form
     backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
-def transcript_exports(context: dg.AssetExecutionContext, config: ExportConfig, storage: StorageResource) -> dg.MaterializeResult:
+def transcript_exports(context: dg.AssetExecutionContext, config: ExportConfig,
+                       storage: StorageResource) -> dg.MaterializeResult:
     """Each transcribed unit's SRT and WebVTT (speaker-prefixed cues of at most 7 s and 2 lines of 42 characters),
     text turns, WhisperX-shaped JSON (segments and words with speaker and score) and RTTM (the diarization turns)."""
     preflight(context, storage)

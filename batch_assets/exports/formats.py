@@ -257,12 +257,14 @@ def partition_files(units: pl.DataFrame, segments: pl.DataFrame, words: pl.DataF
             raise KeyError(f"unit {unit!r} is not in this partition; its units: {', '.join(units['unit_id'])}")
         row = rows.row(0, named=True)
         if row["unit_id"] not in chosen:
-            raise KeyError(f"unit {row['unit_id']!r} has no transcript to export: {row['result_class']} ({row['reason']})")
+            raise KeyError(f"unit {row['unit_id']!r} has no transcript to export: "
+                           f"{row['result_class']} ({row['reason']})")
         chosen = [row["unit_id"]]
-    by_unit = {name: {key[0]: part for key, part in frame.partition_by("unit_id", as_dict=True).items()} if len(frame) else {}
-               for name, frame in (("segments", segments), ("words", words), ("turns", turns))}
+    by_unit = {name: {key[0]: part for key, part in frame.partition_by("unit_id", as_dict=True).items()}
+               if len(frame) else {} for name, frame in (("segments", segments), ("words", words), ("turns", turns))}
     files: dict[str, str] = {}
     for uid in chosen:
-        parts = [by_unit[name].get(uid, frame.clear()) for name, frame in (("segments", segments), ("words", words), ("turns", turns))]
+        parts = [by_unit[name].get(uid, frame.clear())
+                 for name, frame in (("segments", segments), ("words", words), ("turns", turns))]
         files |= unit_files(uid, *parts, asked)
     return files

@@ -1,4 +1,5 @@
-"""`python -m batch_assets.gate --baseline URL --candidate URL --partition YYYY-MM-DD [...]`: print, exit 1 on a failed bar."""
+"""`python -m batch_assets.gate --baseline URL --candidate URL --partition YYYY-MM-DD [...]`: print, exit 1 on a
+failed bar."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partition", action="append", required=True)
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     args = parser.parse_args(argv)
-    result = gate(StorageResource(storage_url=args.baseline), StorageResource(storage_url=args.candidate), args.partition)
+    result = gate(StorageResource(storage_url=args.baseline), StorageResource(storage_url=args.candidate),
+                  args.partition)
     print(result.table())
     if args.json:
         print(json.dumps(result.as_dict()))

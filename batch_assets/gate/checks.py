@@ -51,7 +51,8 @@ def each_partition(
 class BaselineResource(dg.ConfigurableResource):
     """Where a baseline run's outputs live (an fsspec storage root); empty means no baseline."""
 
-    storage_url: str = Field(default="", description="A storage root holding a baseline run's outputs; empty: no baseline")
+    storage_url: str = Field(default="",
+                             description="A storage root holding a baseline run's outputs; empty: no baseline")
 
     def storage_like(self, storage: StorageResource) -> StorageResource | None:
         if not self.storage_url:
@@ -116,7 +117,8 @@ def gate_against_baseline(
 
     def gate_one(partition: str) -> tuple[bool, dict]:
         if baseline_storage is None:
-            return False, {"baseline": "none configured: set BATCH_ASSETS_BASELINE_URL (or the baseline resource's storage_url)"}
+            return False, {"baseline": "none configured: set BATCH_ASSETS_BASELINE_URL "
+                                       "(or the baseline resource's storage_url)"}
         result = gate(baseline_storage, storage, [partition])
         return result.passed, {
             "baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```"),

@@ -58,7 +58,8 @@ class GateResult:
 
     def bars(self) -> list[tuple[str, str, str, bool]]:
         return [
-            ("word edit rate", f"{self.word_edit_rate:.4f}", f"<= {MAX_WORD_EDIT_RATE}", self.word_edit_rate <= MAX_WORD_EDIT_RATE),
+            ("word edit rate", f"{self.word_edit_rate:.4f}", f"<= {MAX_WORD_EDIT_RATE}",
+             self.word_edit_rate <= MAX_WORD_EDIT_RATE),
             ("speaker agreement", f"{self.speaker_agreement:.4f}", f">= {MIN_SPEAKER_AGREEMENT}",
              self.speaker_agreement >= MIN_SPEAKER_AGREEMENT),
             ("lost speech s", f"{self.lost_speech_s:.2f}", f"<= {self.lost_speech_allowed_s:.2f}",
@@ -74,7 +75,8 @@ class GateResult:
     def table(self) -> str:
         lines = [f"gate over {', '.join(self.partitions)}: {self.units} units, {self.baseline_words} baseline words",
                  f"{'bar':24s} {'value':>10s} {'needs':>10s}  result"]
-        lines += [f"{name:24s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}" for name, value, need, ok in self.bars()]
+        lines += [f"{name:24s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}"
+                  for name, value, need, ok in self.bars()]
         lines += [f"  class change: {c}" for c in self.class_changes[:20]]
         return "\n".join(lines)
 
@@ -141,7 +143,8 @@ def _uncovered(base: list[tuple[float, float]], cand: list[tuple[float, float]])
     return lost
 
 
-def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame], candidate: dict[str, pl.DataFrame]) -> None:
+def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame],
+                      candidate: dict[str, pl.DataFrame]) -> None:
     b_units = {r["unit_id"]: r for r in baseline["units"].iter_rows(named=True)}
     c_units = {r["unit_id"]: r for r in candidate["units"].iter_rows(named=True)}
     for uid in sorted(set(b_units) | set(c_units)):

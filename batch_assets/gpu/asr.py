@@ -107,16 +107,19 @@ def graph_settings(model) -> dict:
     decoding = model.cfg.decoding
     confidence = decoding.get("confidence_cfg") or {}
     method = (confidence.get("method_cfg") or {}).get("name")
-    return {"strategy": str(decoding.get("strategy")), "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
+    return {"strategy": str(decoding.get("strategy")),
+            "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
             "word_confidence": bool(confidence.get("preserve_word_confidence", False)),
             "confidence": f"{method}/{confidence.get('aggregation')}/exclude_blank={confidence.get('exclude_blank')}/"
                           f"tdt_include_duration={confidence.get('tdt_include_duration')}"}
 
 
-# NeMo's ConfidenceConfig: blank frames excluded (the label-looping computer's fast path), tokens' max_prob, a word's lowest
+# NeMo's ConfidenceConfig: blank frames excluded (the label-looping computer's fast path), tokens' max_prob, a word's
+# lowest
 WORD_CONFIDENCE = {"preserve_word_confidence": True, "exclude_blank": True, "aggregation": "min",
                    "tdt_include_duration": False, "method_cfg": {"name": "max_prob", "alpha": 1.0}}
-CONFIDENCE_SETTING = "max_prob/min/exclude_blank=True/tdt_include_duration=False"  # WORD_CONFIDENCE as graph_settings reads it
+CONFIDENCE_SETTING = "max_prob/min/exclude_blank=True/tdt_include_duration=False"  # WORD_CONFIDENCE as graph_settings
+# reads it
 
 
 def set_cuda_graphs(model, enabled: bool, word_confidence: bool = True) -> None:
@@ -215,6 +218,7 @@ def word_scores(hypothesis, entries: list[dict]) -> list[float | None]:
     """One confidence per timestamp word. NeMo computes them over `hypothesis.words` (the text split), which it
     never checks against the timestamps' words: where the two lists differ, no scores rather than misaligned ones."""
     confidence = getattr(hypothesis, "word_confidence", None)
-    if confidence is None or len(confidence) != len(entries) or [e["word"] for e in entries] != list(hypothesis.words or []):
+    if (confidence is None or len(confidence) != len(entries)
+            or [e["word"] for e in entries] != list(hypothesis.words or [])):
         return [None] * len(entries)
     return [round(float(c), 4) for c in confidence]

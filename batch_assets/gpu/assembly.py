@@ -41,7 +41,8 @@ def assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, stor
     # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
     with lease_lost_fails(), lease.held(log=context.log.warning, release_on_error=False):
         try:
-            metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run, stops)
+            metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run,
+                                          stops)
         except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
             # the output storage refuses the write (a policy, a path taken by a file): waiting cannot fix it
             raise dg.Failure(f"{partition}: the output storage refused a write ({error}): fix BATCH_ASSETS_STORAGE_URL "
@@ -76,22 +77,22 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     fingerprints = {f.flight_id: f.fingerprint for f in planned}
     problems = commits.problems(fingerprints)
     if problems:
-        context.log.warning(f"{partition}: {len(problems)} planned flight(s) without a valid commit after the shard steps "
-                            f"of this run (their shard steps did not run, or the plan changed): processing them here: "
-                            + "; ".join(f"{flight_id}: {why}" for flight_id, why in problems.items()))
+        context.log.warning(f"{partition}: {len(problems)} planned flight(s) without a valid commit after the shard "
+                            f"steps of this run (their shard steps did not run, or the plan changed): processing them "
+                            "here: " + "; ".join(f"{flight_id}: {why}" for flight_id, why in problems.items()))
         by_id = {f.flight_id: f for f in planned}
         finish = ShardReport(partition, "finish", max((r.shards for r in reports), default=1), list(problems), units,
                              audio_s=round(sum(by_id[f].audio_s for f in problems), 3), taken_over=list(problems),
                              resumed_flights=[])
-        reports = [*reports, process_flights(context, config, storage, gpu, lease, commits, finish, by_id, list(problems),
-                                             stops)]
+        reports = [*reports, process_flights(context, config, storage, gpu, lease, commits, finish, by_id,
+                                             list(problems), stops)]
         problems = commits.problems({f: fingerprints[f] for f in problems})  # only those just processed
     if problems:
         shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])
         raise dg.Failure(
-            f"{partition}: {len(problems)} of {len(planned)} planned flights have no valid commit ({shown}); nothing was "
-            "written. Their GPU work did not run in this run: re-execute the run with all steps, or rerun the partition.",
-            metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
+            f"{partition}: {len(problems)} of {len(planned)} planned flights have no valid commit ({shown}); nothing "
+            "was written. Their GPU work did not run in this run: re-execute the run with all steps, or rerun the "
+            "partition.", metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
     fragments = commits.fragments(flight_ids)  # every one validated above
@@ -106,10 +107,13 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         threshold=config.speaker_link_threshold)
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
-    units, segments, words = transcript_tables(manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))),
-                                               plan, fragments["outcomes"], fragments["words"], run_hints(config))
-    processed = plan.filter(pl.col("result_class") == "ok")["unit_id"].unique().to_list()  # the units the section classed
-    guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)), "gpu_section")
+    units, segments, words = transcript_tables(
+        manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))), plan, fragments["outcomes"],
+        fragments["words"], run_hints(config))
+    processed = plan.filter(pl.col("result_class") == "ok")["unit_id"].unique().to_list()  # the units the section
+    # classed
+    guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)),
+                      "gpu_section")
     tables = {("vad_scores", "units"): fragments["vad_units"], ("vad_scores", "regions"): fragments["regions"],
               ("diarization", "turns"): fragments["turns"], ("diarization", "speakers"): fragments["speakers"],
               ("transcripts", "units"): units, ("transcripts", "segments"): segments, ("transcripts", "words"): words}

@@ -59,7 +59,8 @@ GPU_IO = "gpu_io"  # the IO manager for the small values passed between the grap
 
 
 @dg.op(ins={"prepared_flights": dg.In(dg.Nothing), "fetched_audio": dg.In(dg.Nothing)},
-       out=dg.DynamicOut(ShardSpec, io_manager_key=GPU_IO), description="Group each partition's flights into GPU shards")
+       out=dg.DynamicOut(ShardSpec, io_manager_key=GPU_IO),
+       description="Group each partition's flights into GPU shards")
 def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, storage: StorageResource):
     selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
     if selected != sorted(GPU_ASSET_KEYS):
@@ -72,7 +73,8 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
         raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
                          allow_retries=False)
     for partition in partitions:
-        with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning, release=False):
+        with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning,
+                                                               release=False):
             manifest = storage.read_parquet("fetched_audio", partition, "manifest")
             chosen = selected_units(config.units, manifest)
             if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing
@@ -87,7 +89,8 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
                              f"{config.shard_audio_seconds:.0f} audio seconds")
             for index, flight_ids in enumerate(shards):
                 yield dg.DynamicOutput(
-                    ShardSpec(partition, index, len(shards), flight_ids, shards, round(sum(seconds[f] for f in flight_ids), 3),
+                    ShardSpec(partition, index, len(shards), flight_ids, shards,
+                              round(sum(seconds[f] for f in flight_ids), 3),
                               sorted(chosen) if chosen is not None else None),
                     mapping_key=shard_mapping_key(partition, index),
                 )
@@ -112,8 +115,8 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     pool=GPU_POOL,
     tags={"dagster-k8s/config": GPU_K8S_CONFIG},
     retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
-    description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble each "
-    "partition's three tables from the commits and replace them atomically",
+    description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble "
+    "each partition's three tables from the commits and replace them atomically",
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
                         gpu: GpuResource, reports: list[ShardReport]):
@@ -136,11 +139,14 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfi
     name="gpu_section",
     outs={
         "vad_scores": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
-                                  description="Raw pyannote segmentation scores per unit and the speech regions derived from them."),
+                                  description="Raw pyannote segmentation scores per unit and the speech regions "
+                                              "derived from them."),
         "diarization": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
-                                   description="Speaker turns (with and without overlap) and one embedding per speaker, per unit."),
+                                   description="Speaker turns (with and without overlap) and one embedding per "
+                                               "speaker, per unit."),
         "transcripts": dg.AssetOut(kinds={"pytorch", "parquet"}, dagster_type=dg.Nothing,
-                                   description="Every unit with its final result class and text; every word with times and speaker."),
+                                   description="Every unit with its final result class and text; every word with "
+                                               "times and speaker."),
     },
     ins={"prepared_flights": dg.AssetIn(dagster_type=dg.Nothing), "fetched_audio": dg.AssetIn(dagster_type=dg.Nothing)},
     group_name=GROUP,

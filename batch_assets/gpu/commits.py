@@ -101,8 +101,10 @@ class FlightCommits:
         frames = {"vad_units": vad_units, "regions": regions, "turns": turns, "speakers": speakers,
                   "outcomes": units, "words": words}
         for name, frame in frames.items():
-            track(self.storage.write_parquet(frame, WORK_ASSET, self.partition, f"{self.root_run_id}/{flight_id}/{name}"))
-        record = {"flight_id": flight_id, "fingerprint": fingerprint, "units": units["unit_id"].to_list(), "files": files}
+            track(self.storage.write_parquet(frame, WORK_ASSET, self.partition,
+                                             f"{self.root_run_id}/{flight_id}/{name}"))
+        record = {"flight_id": flight_id, "fingerprint": fingerprint, "units": units["unit_id"].to_list(),
+                  "files": files}
         self.fence()
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record
@@ -126,11 +128,12 @@ class FlightCommits:
         parts: dict[str, list[pl.DataFrame]] = {name: [] for name in FRAGMENTS}
         for flight_id in flight_ids:
             for name in FRAGMENTS:
-                parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition, f"{self.root_run_id}/{flight_id}/{name}"))
+                parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition,
+                                                             f"{self.root_run_id}/{flight_id}/{name}"))
         # diagonal, on the schema's empty frame: a flight committed before a column was added (a run resumed
         # across a deploy) gets nulls in it rather than failing the assembly
-        return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal").select(list(FRAGMENTS[name]))
-                for name, frames in parts.items()}
+        return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal")
+                      .select(list(FRAGMENTS[name])) for name, frames in parts.items()}
 
     def _marker_url(self) -> str:
         return self._url() + ".assembled.json"

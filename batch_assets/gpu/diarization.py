@@ -96,7 +96,8 @@ def call_of(file) -> DiarizationCall:
 
 
 class LeveredSpeakerDiarization(SpeakerDiarization):
-    _embedding_rows: list[int]  # rows through the embedding model's forward (the stock path's work), set by make_levered
+    _embedding_rows: list[int]  # rows through the embedding model's forward (the stock path's work), set by
+    # make_levered
 
     # -- lever 2 (and precomputed segmentations) ---------------------------------------------------
     def _mismatch(self, scores, file) -> str | None:
@@ -106,7 +107,8 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
             return f"window {window.duration}/{window.step} s != {inference.duration}/{inference.step} s"
         num_samples = file["waveform"].shape[-1]
         frames = inference.model.num_frames(round(inference.duration * file["sample_rate"]))
-        expected_chunks = max(1, int(np.ceil(max(0.0, num_samples / file["sample_rate"] - inference.duration) / inference.step)) + 1)
+        expected_chunks = max(1, int(np.ceil(max(0.0, num_samples / file["sample_rate"] - inference.duration)
+                                             / inference.step)) + 1)
         if scores.data.ndim != 3 or scores.data.shape[1] != frames:
             return f"scores shape {scores.data.shape} has not {frames} frames per chunk"
         if abs(scores.data.shape[0] - expected_chunks) > 1:
@@ -133,8 +135,9 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
         call = call_of(file)
         pre = call.embeddings
         if pre is not None and pre.exclude_overlap == exclude_overlap and (
-                pre.binarized is binary_segmentations.data or (pre.binarized.shape == binary_segmentations.data.shape
-                                                               and np.array_equal(pre.binarized, binary_segmentations.data, equal_nan=True))):
+                pre.binarized is binary_segmentations.data
+                or (pre.binarized.shape == binary_segmentations.data.shape
+                    and np.array_equal(pre.binarized, binary_segmentations.data, equal_nan=True))):
             call.embedding_work = pre.work
             return pre.embeddings
         started = time.perf_counter()
@@ -151,16 +154,19 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
         if not call.shared_trunk or problem:
             work.path = STOCK_SWITCHED_OFF if not call.shared_trunk else f"stock (fallback: {problem})"
             if exclude_overlap:
-                adapter.embedding_inference(self).min_num_samples  # noqa: B018 (its probing forwards are not the step's work)
+                adapter.embedding_inference(self).min_num_samples  # noqa: B018 (its probing forwards are not the
+                # step's work)
             before = self._embedding_rows[0]
             embeddings = super().get_embeddings(file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
             # measured by the model's forward hook; an embedding that is not a torch model embeds every pair
             counted = self._embedding_rows[0] - before if adapter.embedding_model(self) is not None else work.pairs
             work.trunk_forwards = work.pooled_pairs = counted
-            work.active_pairs = int(np.count_nonzero(pooling_weights(self, binary_segmentations, exclude_overlap).any(axis=1)))
+            work.active_pairs = int(np.count_nonzero(
+                pooling_weights(self, binary_segmentations, exclude_overlap).any(axis=1)))
             return embeddings
         work.path = SHARED_TRUNK
-        return shared_trunk_embeddings(self, [(file, binary_segmentations)], exclude_overlap, [work], call.half_precision, hook)[0]
+        return shared_trunk_embeddings(self, [(file, binary_segmentations)], exclude_overlap, [work],
+                                       call.half_precision, hook)[0]
 
 
 def make_levered(pipeline: SpeakerDiarization) -> LeveredSpeakerDiarization:
@@ -172,7 +178,8 @@ def make_levered(pipeline: SpeakerDiarization) -> LeveredSpeakerDiarization:
     rows = [0]
     model = adapter.embedding_model(pipeline)
     if model is not None:  # counts the stock path's work: every row through the embedding model's forward
-        model.register_forward_hook(lambda _module, args, _out: rows.__setitem__(0, rows[0] + (len(args[0]) if args else 0)))
+        model.register_forward_hook(
+            lambda _module, args, _out: rows.__setitem__(0, rows[0] + (len(args[0]) if args else 0)))
     pipeline._embedding_rows = rows
     return pipeline
 
@@ -206,7 +213,8 @@ def diarize(pipeline: LeveredSpeakerDiarization, waveform: np.ndarray, uri: str,
     labels = output.speaker_diarization.labels()
     embeddings = {}
     if output.speaker_embeddings is not None:
-        embeddings = {label: np.asarray(output.speaker_embeddings[i], dtype=np.float32) for i, label in enumerate(labels)}
+        embeddings = {label: np.asarray(output.speaker_embeddings[i], dtype=np.float32)
+                      for i, label in enumerate(labels)}
     return DiarizationResult(
         turns=_turns(output.speaker_diarization),
         exclusive_turns=_turns(output.exclusive_speaker_diarization),
@@ -241,13 +249,15 @@ def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict
     exclude = pipeline.embedding_exclude_overlap
     for file, call in zip(files, calls, strict=True):
         binarized = adapter.binarized_segmentations(pipeline, call.segmentations)
-        count = pipeline.speaker_count(binarized, adapter.segmentation_inference(pipeline).model.receptive_field, warm_up=(0.0, 0.0))
+        count = pipeline.speaker_count(binarized, adapter.segmentation_inference(pipeline).model.receptive_field,
+                                       warm_up=(0.0, 0.0))
         if np.nanmax(count.data) == 0.0:
             continue  # pyannote exits early: no embeddings
         if across_units and call.shared_trunk and not pipeline.training and shared_trunk_problem(pipeline) is None:
             requests.append((file, binarized))
             num_chunks, _, num_speakers = binarized.data.shape
-            works.append(EmbeddingWork(path=SHARED_TRUNK_ACROSS_UNITS, chunks=num_chunks, pairs=num_chunks * num_speakers))
+            works.append(EmbeddingWork(path=SHARED_TRUNK_ACROSS_UNITS, chunks=num_chunks,
+                                       pairs=num_chunks * num_speakers))
         else:
             embeddings = pipeline.get_embeddings(file, binarized, exclude_overlap=exclude)
             call.embeddings = PrecomputedEmbeddings(binarized.data, exclude, embeddings, call.embedding_work)

@@ -30,8 +30,10 @@ def segment_files(inference, files: list[dict]) -> dict[int, object]:
     cut = [adapter.slide_chunks(inference, inference.model.audio(file)[0]) for file in files]
     counts = [len(c) for c in cut]
     chunks = torch.cat(cut) if cut else torch.zeros(0)
-    outputs = [inference.infer(chunks[i : i + inference.batch_size]) for i in range(0, len(chunks), inference.batch_size)]
+    outputs = [inference.infer(chunks[i : i + inference.batch_size])
+               for i in range(0, len(chunks), inference.batch_size)]
     scores = np.vstack(outputs) if outputs else np.zeros((0,))
     window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
     edges = np.cumsum([0, *counts])
-    return {id(file): SlidingWindowFeature(scores[a:b], window) for file, a, b in zip(files, edges[:-1], edges[1:], strict=True)}
+    return {id(file): SlidingWindowFeature(scores[a:b], window)
+            for file, a, b in zip(files, edges[:-1], edges[1:], strict=True)}

@@ -33,7 +33,8 @@ def load_models(asr_model: str, diarization_pipeline: str, device, segmentation_
 
     started = time.perf_counter()
     asr = load_asr_model(asr_model, device)
-    pipeline = make_levered(load_diarization_pipeline(diarization_pipeline, device, segmentation_batch_size, embedding_batch_size))
+    pipeline = make_levered(load_diarization_pipeline(diarization_pipeline, device, segmentation_batch_size,
+                                                      embedding_batch_size))
     forwards = [0]
     pyannote_adapter.segmentation_inference(pipeline).model.register_forward_hook(
         lambda *_: forwards.__setitem__(0, forwards[0] + 1))

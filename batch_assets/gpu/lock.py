@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import filelock
 
-DEFAULT_LOCK_DIR = str(pathlib.Path(tempfile.gettempdir()) / "batch_assets-locks")  # machine-wide (BATCH_ASSETS_LOCK_DIR)
+DEFAULT_LOCK_DIR = str(pathlib.Path(tempfile.gettempdir()) / "batch_assets-locks")  # machine-wide
+# (BATCH_ASSETS_LOCK_DIR)
 
 
 def lock_path(lock_dir: str, device: str) -> pathlib.Path:

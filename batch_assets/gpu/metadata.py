@@ -25,7 +25,8 @@ def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:
         seconds = f"{row['duration_s']:.1f}" if row["duration_s"] is not None else "-"
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
         reason = (row["reason"] or "").replace("|", "/")
-        lines.append(f"| {row['unit_id']} | {row['result_class']} | {seconds} | {speakers} | {row['num_words']} | {reason} |")
+        lines.append(f"| {row['unit_id']} | {row['result_class']} | {seconds} | {speakers} | {row['num_words']} | "
+                     f"{reason} |")
     if len(units) > rows:
         lines.append(f"\n{len(units) - rows} more units: see `units_table`")
     return "\n".join(lines)
@@ -37,7 +38,8 @@ def _sum(reports: list[ShardReport], key: str) -> float:
 
 def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu: GpuResource, chosen: set | None,
                        partitions_in_run: int, run_id: str) -> dict[str, dict]:
-    vad_units, turns, units = tables["vad_scores", "units"], tables["diarization", "turns"], tables["transcripts", "units"]
+    vad_units, turns, units = (tables["vad_scores", "units"], tables["diarization", "turns"],
+                               tables["transcripts", "units"])
     speakers, words = tables["diarization", "speakers"], tables["transcripts", "words"]
     ran = [r for r in reports if r.section]
     audio_s = float(vad_units["duration_s"].sum() or 0.0)
@@ -116,7 +118,8 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "diarization": {
             "turns": len(turns),
             "speakers": len(speakers),
-            "speakers_per_unit": {r["unit_id"]: r["len"] for r in speakers.group_by("unit_id", maintain_order=True).len().iter_rows(named=True)},
+            "speakers_per_unit": {r["unit_id"]: r["len"] for r in
+                                  speakers.group_by("unit_id", maintain_order=True).len().iter_rows(named=True)},
             "diarization_seconds": section["diarization_seconds"],
             "segmentation_reuse": section["segmentation_reuse"],
             "segmentation_forwards": counters["segmentation_forwards_by_stage"]["diarization"],
@@ -128,7 +131,8 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
             "words": len(words),
             "segments": len(tables["transcripts", "segments"]),
             "transcript": dg.MetadataValue.md(transcript_text.markdown(units, words) or "(no units)"),
-        } | tables_metadata(tables, uris, "transcripts", "units", "words") | tables_metadata(tables, uris, "transcripts", "units", "segments"),
+        } | tables_metadata(tables, uris, "transcripts", "units", "words")
+          | tables_metadata(tables, uris, "transcripts", "units", "segments"),
     }
 
 
@@ -149,6 +153,6 @@ def shard_markdown(reports: list[ShardReport]) -> str:
     for r in reports:
         sec = r.section or {}
         load = r.model_load_seconds if r.model_load_seconds is not None else "-"
-        lines.append(f"| {r.shard} | {len(r.flights)} | {len(r.resumed_flights)} | {len(r.taken_over)} | {r.audio_s:.1f} | "
-                     f"{sec.get('section_seconds', 0.0):.1f} | {load} | {r.step_peak_rss_mib} |")
+        lines.append(f"| {r.shard} | {len(r.flights)} | {len(r.resumed_flights)} | {len(r.taken_over)} | "
+                     f"{r.audio_s:.1f} | {sec.get('section_seconds', 0.0):.1f} | {load} | {r.step_peak_rss_mib} |")
     return "\n".join(lines)

@@ -57,7 +57,8 @@ def describe(device, enabled: bool) -> str:
     parts = {part: half_dtype(device, part) for part in ("asr", "embedding")}
     if not any(parts.values()):
         return "float32 (reduced precision unsupported on this device)"
-    return ", ".join(f"{part} {str(dtype).removeprefix('torch.') if dtype else 'float32'}" for part, dtype in parts.items())
+    return ", ".join(f"{part} {str(dtype).removeprefix('torch.') if dtype else 'float32'}"
+                     for part, dtype in parts.items())
 
 
 @contextlib.contextmanager

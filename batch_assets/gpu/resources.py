@@ -46,10 +46,12 @@ class GpuResource(dg.ConfigurableResource):
     )
     diarization_pipeline: str = Field(
         default=TINY_DIARIZATION,
-        description="pyannote pipeline: a name (pyannote/speaker-diarization-community-1), a folder, or builtin:tiny-diarization",
+        description="pyannote pipeline: a name (pyannote/speaker-diarization-community-1), a folder, or "
+                    "builtin:tiny-diarization",
     )
     device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'")
-    segmentation_batch_size: int = Field(default=32, description="Shared by VAD and diarization so scores are identical")
+    segmentation_batch_size: int = Field(default=32,
+                                         description="Shared by VAD and diarization so scores are identical")
     embedding_batch_size: int = Field(default=32)
     asr_batch_size: int = Field(default=16)
     lock_dir: str = Field(default=DEFAULT_LOCK_DIR, description="Folder of the per-device section locks")
@@ -78,7 +80,8 @@ class GpuResource(dg.ConfigurableResource):
 
     def _load(self, log) -> LoadedModels:
         device = self._resolve_device()
-        key = (self.asr_model, self.diarization_pipeline, str(device), self.segmentation_batch_size, self.embedding_batch_size)
+        key = (self.asr_model, self.diarization_pipeline, str(device), self.segmentation_batch_size,
+               self.embedding_batch_size)
         if key in _LOADED:
             return _LOADED[key]
         from batch_assets.gpu.loaded import load_models
@@ -86,7 +89,8 @@ class GpuResource(dg.ConfigurableResource):
         loaded = load_models(self.asr_model, self.diarization_pipeline, device, self.segmentation_batch_size,
                              self.embedding_batch_size)
         if log:
-            log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in {loaded.load_seconds:.1f} s")
+            log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in "
+                     f"{loaded.load_seconds:.1f} s")
         _LOADED[key] = loaded
         _LOADS[0] += 1
         return loaded

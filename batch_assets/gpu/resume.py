@@ -12,8 +12,9 @@ finished and the run died before the next one started: Dagster then reruns only 
 step, a GPU step too, processes what is left; it writes nothing while any planned flight lacks a commit.
 
 A flight's fingerprint is what its results depend on: its units in order with their offsets, sample counts,
-result classes and audio checksums, and a window's place in its unit (not the flight file's URI, which changes with every materialization of
-`prepared_flights` even when the audio does not). A commit made for another fingerprint is redone. No Dagster.
+result classes and audio checksums, and a window's place in its unit (not the flight file's URI, which changes
+with every materialization of `prepared_flights` even when the audio does not). A commit made for another
+fingerprint is redone. No Dagster.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
     by_flight: dict[str, list[list]] = {}
     wanted: set[str] = set()
     for row in plan.sort("position").iter_rows(named=True):
-        part = [row["unit_id"], row["offset_samples"], row["num_samples"], row["result_class"], checksums.get(row["unit_id"])]
+        part = [row["unit_id"], row["offset_samples"], row["num_samples"], row["result_class"],
+                checksums.get(row["unit_id"])]
         if row.get("window") is not None:  # a window: where it starts too (a whole unit's fingerprint is as it was)
             part += [row["window"], row["window_start_s"]]
         by_flight.setdefault(row["flight_id"], []).append(part)
@@ -60,7 +62,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         if chosen is not None and row["flight_id"] not in wanted:
             continue
         digest = hashlib.sha256(json.dumps(by_flight.get(row["flight_id"], [])).encode()).hexdigest()[:32]
-        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), row["audio_uri"], digest))
+        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), row["audio_uri"],
+                                 digest))
     return out
 
 

@@ -22,7 +22,8 @@ SHARD_AUDIO_SECONDS = current_settings().shard_audio_seconds
 def _switch_field(name: str):
     """A lever's run config field: its default and description come from the registry (`switches.py`)."""
     switch = next(s for s in SWITCHES if s.name == name)
-    return Field(default=current_settings().switch_defaults[name], description=f"{switch.description} (env default {switch.env_var})")
+    return Field(default=current_settings().switch_defaults[name],
+                 description=f"{switch.description} (env default {switch.env_var})")
 
 
 class LeverConfig(dg.Config):
@@ -52,7 +53,8 @@ def run_hints(config: HintsConfig) -> SpeakerHints:
     try:
         return SpeakerHints(config.num_speakers, config.min_speakers, config.max_speakers)
     except HintError as error:
-        raise dg.Failure(f"speaker hints in the run config: {error} (ops.gpu_section.config)", allow_retries=False) from None
+        raise dg.Failure(f"speaker hints in the run config: {error} (ops.gpu_section.config)",
+                         allow_retries=False) from None
 
 
 def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, SpeakerHints]:

@@ -88,9 +88,11 @@ class SectionReport:
             "section_seconds": round(self.section_s, 3), "lock_wait_seconds": round(self.lock_wait_s, 3),
             "entered_unix": self.entered_unix, "exited_unix": self.exited_unix,
             "audio_seconds": round(self.audio_s, 3), "units": self.units,
-            "vad_seconds": round(stats.seconds["vad"], 3), "diarization_seconds": round(stats.seconds["diarization"], 3),
+            "vad_seconds": round(stats.seconds["vad"], 3),
+            "diarization_seconds": round(stats.seconds["diarization"], 3),
             "asr_seconds": round(stats.seconds["asr"], 3), "asr_batch_retries": stats.asr_batch_retries,
-            "flight_load_wait_seconds": round(self.load_wait_s, 3), "max_prepared_ahead_seconds": round(self.max_ahead_s, 1),
+            "flight_load_wait_seconds": round(self.load_wait_s, 3),
+            "max_prepared_ahead_seconds": round(self.max_ahead_s, 1),
             "segmentation_forwards": self.segmentation_forwards,
             "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
             "segmentation_reuse": dict(stats.segmentation_reuse), "decoder_modes": sorted(stats.decoder_modes),
@@ -129,8 +131,9 @@ def run_section(
     report = SectionReport(precision=describe_precision(models.device, levers.half_precision_enabled))
     if not flights:
         return report
-    feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load, prepare_ahead=levers.prepare_flight_enabled,
-                      budget_s=levers.decode_budget_seconds, workers=levers.prepare_workers)
+    feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load,
+                      prepare_ahead=levers.prepare_flight_enabled, budget_s=levers.decode_budget_seconds,
+                      workers=levers.prepare_workers)
     work = {f.flight_id: f for f in flights}
     forwards_before = models.segmentation_forwards[0]
     stats = report.stats
@@ -151,9 +154,10 @@ def run_section(
             entered, report.entered_unix = time.perf_counter(), time.time()
             if models.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(models.device)
-            models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, models.decoder_settings,
-                                                         models.word_confidence)
-            for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the preparing too
+            models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled,
+                                                         models.decoder_settings, models.word_confidence)
+            for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the
+                # preparing too
                 checkpoint()
                 done = device_work(models, flight_id, audio, work[flight_id].units, levers, stats)
                 del audio

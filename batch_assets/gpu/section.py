@@ -100,17 +100,20 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         hints[uid] = unit.get("speaker_hints", NO_HINTS)
     done = DeviceDone(flight_id, outcomes)
     speech = _vad(models, waveforms, outcomes, levers, stats)
-    calls = {uid: DiarizationCall(shared_trunk=levers.embedding_shared_trunk_enabled, half_precision=levers.half_precision_enabled,
-                                  vad_scores=outcomes[uid].vad.scores if levers.vad_segmentation_reuse_enabled else None)
+    calls = {uid: DiarizationCall(
+                 shared_trunk=levers.embedding_shared_trunk_enabled, half_precision=levers.half_precision_enabled,
+                 vad_scores=outcomes[uid].vad.scores if levers.vad_segmentation_reuse_enabled else None)
              for uid in speech}
     files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in speech}
     before = models.segmentation_forwards[0]
     if levers.batch_across_units_enabled or levers.host_overlap_enabled:
         _precompute(models, files, levers, stats, outcomes)
-        done.calls = {uid: (calls[uid], files[uid], hints[uid]) for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
+        done.calls = {uid: (calls[uid], files[uid], hints[uid])
+                      for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
         diarized = list(done.calls)
     else:
-        diarized = [uid for uid in speech if _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)]
+        diarized = [uid for uid in speech
+                    if _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)]
     stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
     segments: list[Segment] = []
@@ -176,7 +179,8 @@ def _vad(models: LoadedModels, waveforms: dict[str, np.ndarray], outcomes: dict[
             results[uid].forwards = forwards[0] - unit_before
         except Exception as error:  # one unit's failure is that unit's result, unless the device's
             raise_if_device_fault(error, f"VAD of {uid}")
-            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, f"{type(error).__name__}: {error}"[:500]
+            outcomes[uid].result_class, outcomes[uid].reason = (ResultClass.FAILED,
+                                                                f"{type(error).__name__}: {error}"[:500])
             continue
         stats.add("vad", results[uid].device_s, time.perf_counter() - started - results[uid].device_s)
     stats.segmentation_forwards["vad"] += forwards[0] - before
@@ -250,7 +254,8 @@ def _transcribe_checked(models: LoadedModels, waveforms, segments, outcomes, asr
         words = []
         for uid in waveforms:
             try:
-                words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid], asr_batch_size))
+                words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid],
+                                                 asr_batch_size))
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"ASR of {uid}")
                 outcomes[uid].result_class = ResultClass.FAILED

@@ -34,7 +34,8 @@ class ShardSpec:
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardSpec:
         # a spec from before `shard_flights` existed knows only its own flights
-        known = value.get("shard_flights") or [value["flights"] if i == value["shard"] else [] for i in range(value["shards"])]
+        known = value.get("shard_flights") or [value["flights"] if i == value["shard"] else []
+                                               for i in range(value["shards"])]
         return cls(value["partition"], value["shard"], value["shards"], list(value["flights"]), known,
                    value["audio_s"], value.get("units"))
 

@@ -64,7 +64,8 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     partition, root = shard.partition, root_run_id(context)
     lease = partition_lease(context, storage, partition)
     commits = FlightCommits(storage, partition, root, fence=lease.check)
-    with lease_lost_fails(), lease.held(log=context.log.warning, release=False, release_on_error=False):  # siblings work
+    with lease_lost_fails(), lease.held(log=context.log.warning, release=False,
+                                        release_on_error=False):  # siblings work
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
         executing = executing_shards(context.run.step_keys_to_execute, partition, shard.shards)
         owned = owned_flights(shard.shard, shard.shard_flights, executing, list(planned))
@@ -82,8 +83,8 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
                                [f for f in owned if f in problems], stops)
 
 
-def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease, commits: FlightCommits,
-                    report: ShardReport, planned: dict[str, PlannedFlight], pending: list[str],
+def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease,
+                    commits: FlightCommits, report: ShardReport, planned: dict[str, PlannedFlight], pending: list[str],
                     stops: StopRequests) -> ShardReport:
     """Run `pending` flights through the locked section, committing each; `report` with what was processed. A
     stop signal (`stops`) stops it before the model load, after it and before each flight.
@@ -128,9 +129,9 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         # Retried (the op's retry policy), in a fresh process or pod: this one refuses GPU work from now on. The
         # flights committed so far are kept and the lease stays with this run for the retry.
         unfinished = commits.problems({f: planned[f].fingerprint for f in pending})
-        raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried in a fresh "
-                         f"process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) it ran are committed "
-                         "and kept", metadata={"quarantine": str(error)}, allow_retries=True) from error
+        raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried in a "
+                         f"fresh process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) it ran are "
+                         "committed and kept", metadata={"quarantine": str(error)}, allow_retries=True) from error
     except DecoderModeError as error:
         quarantine(str(error))
         lease.release()  # not retried: this run will not write the partition

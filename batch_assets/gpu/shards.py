@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 def plan_shards(flights: list[tuple[str, float]], max_audio_s: float) -> list[list[str]]:
-    """[(flight_id, audio_s)] in plan order -> shards of flight ids, each <= max_audio_s (unless one flight is longer)."""
+    """[(flight_id, audio_s)] in plan order -> shards of flight ids, each <= max_audio_s (unless one flight is
+    longer)."""
     shards: list[list[str]] = []
     current: list[str] = []
     current_s = 0.0

@@ -58,8 +58,8 @@ def shared_trunk_problem(pipeline) -> str | None:
     return None
 
 
-def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: list[EmbeddingWork], half_precision: bool = False,
-                            hook=None) -> list[np.ndarray]:
+def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: list[EmbeddingWork],
+                            half_precision: bool = False, hook=None) -> list[np.ndarray]:
     """Lever 4 over one or several files (lever 5: the chunks of a flight's units fill the same batches).
 
     `requests`: (file, binarized segmentations) pairs; returns each one's (chunks, local speakers, dimension)
@@ -118,7 +118,8 @@ def _zero_embeddings(model, plan, frames) -> np.ndarray:
 
     _, _, weights, active, num_speakers = plan
     with torch.inference_mode():
-        zero = model.forward_embedding(frames, weights=torch.zeros(1, weights.shape[1], device=frames.device)).cpu().numpy()[0]
+        zero = model.forward_embedding(
+            frames, weights=torch.zeros(1, weights.shape[1], device=frames.device)).cpu().numpy()[0]
     out = np.empty((len(active), num_speakers, zero.shape[-1]), dtype=zero.dtype)
     out[:] = zero
     return out

@@ -23,15 +23,17 @@ VAD_UNITS_SCHEMA = {
     "chunk_duration_s": pl.Float64, "chunk_step_s": pl.Float64, "scores_uri": pl.String,
 }
 REGIONS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64}
-TURNS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "speaker": pl.String, "exclusive": pl.Boolean}
+TURNS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "speaker": pl.String,
+                "exclusive": pl.Boolean}
 SPEAKERS_SCHEMA = {
     "unit_id": pl.String, "speaker": pl.String, "speech_s": pl.Float64, "embedding": pl.List(pl.Float32),
     "segmentation": pl.String, "embedding_path": pl.String,
 }
 TRANSCRIPT_UNITS_SCHEMA = {
     "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
-    "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
-    "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64, "hint_max_speakers": pl.Int64, "hint_source": pl.String,
+    "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64,
+    "num_words": pl.Int64, "text": pl.String, "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64,
+    "hint_max_speakers": pl.Int64, "hint_source": pl.String,
 }
 WORDS_SCHEMA = {
     "unit_id": pl.String, "segment_index": pl.Int64, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64,
@@ -52,9 +54,10 @@ def vad_tables(outcomes: list[UnitOutcome], write_scores) -> tuple[pl.DataFrame,
         window = scores.sliding_window
         units.append({
             "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s, "speech_s": o.vad.speech_s,
-            "num_regions": len(o.vad.regions), "num_chunks": scores.data.shape[0], "frames_per_chunk": scores.data.shape[1],
-            "local_speakers": scores.data.shape[2], "chunk_duration_s": float(window.duration),
-            "chunk_step_s": float(window.step), "scores_uri": write_scores(o.unit_id, np.asarray(scores.data, dtype=np.float32)),
+            "num_regions": len(o.vad.regions), "num_chunks": scores.data.shape[0],
+            "frames_per_chunk": scores.data.shape[1], "local_speakers": scores.data.shape[2],
+            "chunk_duration_s": float(window.duration), "chunk_step_s": float(window.step),
+            "scores_uri": write_scores(o.unit_id, np.asarray(scores.data, dtype=np.float32)),
         })
         regions.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e} for s, e in o.vad.regions)
     return pl.DataFrame(units, schema=VAD_UNITS_SCHEMA), pl.DataFrame(regions, schema=REGIONS_SCHEMA)
@@ -67,7 +70,8 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
         if d is None:
             continue
         for exclusive, source in ((False, d.turns), (True, d.exclusive_turns)):
-            turns.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e, "speaker": label, "exclusive": exclusive} for s, e, label in source)
+            turns.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e, "speaker": label, "exclusive": exclusive}
+                         for s, e, label in source)
         for label in sorted({t[2] for t in d.turns}):
             speech = sum(e - s for s, e, lab in d.turns if lab == label)
             embedding = d.embeddings.get(label)
@@ -80,8 +84,8 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
 
 
 OUTCOMES_SCHEMA = {  # the section's per-unit result, as a flight commit stores it (tables assemble from it)
-    "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String, "reason": pl.String,
-    "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+    "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String,
+    "reason": pl.String, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
 }
 
 
@@ -92,15 +96,16 @@ def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFr
         transcribed = o.result_class is ResultClass.TRANSCRIBED
         unit_words = [w for w, _ in o.words] if transcribed else []
         rows.append({
-            "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s, "result_class": str(o.result_class),
-            "reason": o.reason, "speech_s": o.vad.speech_s if o.vad else None,
+            "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s,
+            "result_class": str(o.result_class), "reason": o.reason, "speech_s": o.vad.speech_s if o.vad else None,
             "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
             "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
         })
         if transcribed:
-            words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s, "end_s": w.end_s,
-                          "word": w.word, "speaker": spk, "score": w.score}
-                         for i, ((w, spk), seg) in enumerate(zip(o.words, segment_indices([s for _, s in o.words]), strict=True)))
+            words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s,
+                          "end_s": w.end_s, "word": w.word, "speaker": spk, "score": w.score}
+                         for i, ((w, spk), seg) in enumerate(zip(o.words, segment_indices([s for _, s in o.words]),
+                                                                 strict=True)))
     return pl.DataFrame(rows, schema=OUTCOMES_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
 
 
@@ -139,7 +144,8 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
     for row in manifest.iter_rows(named=True):
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
-                "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0, "text": ""}
+                "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0,
+                "text": ""}
         note = row.get("hint_problem")
         if row["result_class"] != ResultClass.OK:
             units.append(base | {"result_class": row["result_class"], "reason": row["reason"]})
@@ -147,7 +153,8 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         plan_row = planned.get(uid)
         if plan_row is None or plan_row["result_class"] != ResultClass.OK:
             reason = plan_row["reason"] if plan_row else "missing from the flight plan"
-            units.append(base | {"result_class": plan_row["result_class"] if plan_row else str(ResultClass.FAILED), "reason": reason})
+            units.append(base | {"result_class": plan_row["result_class"] if plan_row else str(ResultClass.FAILED),
+                                 "reason": reason})
             continue
         o = by_unit.get(uid)
         if o is None:
@@ -157,11 +164,14 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         if plan_row["reason"] and result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
             result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], reason) if r)
         reason = "; ".join(r for r in (reason, note) if r)
-        diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached diarization
+        diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
+        # diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
-                     | (_hint_columns(row, run_hints) if diarized else {}) | {"result_class": result_class, "reason": reason})
+                     | (_hint_columns(row, run_hints) if diarized else {})
+                     | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
-    kept = (words.filter(pl.col("unit_id").is_in(list(rank))).with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
+    kept = (words.filter(pl.col("unit_id").is_in(list(rank)))
+            .with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
             .sort("_rank", "word_index", maintain_order=True).drop("_rank"))
     return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), segments_table(kept), kept
 
@@ -194,7 +204,8 @@ def tables_to_keep(storage, partition: str, manifest: pl.DataFrame) -> dict[tupl
     return tables
 
 
-def keep_other_units(previous: pl.DataFrame, new_rows: pl.DataFrame, rerun: set[str], unit_order: list[str]) -> pl.DataFrame:
+def keep_other_units(previous: pl.DataFrame, new_rows: pl.DataFrame, rerun: set[str],
+                     unit_order: list[str]) -> pl.DataFrame:
     """A table after rerunning some units: the previous rows of every other unit, plus the rerun units' new rows.
 
     Rows are ordered by the manifest's unit order, then by their order within the unit, as a whole run writes them.

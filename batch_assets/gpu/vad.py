@@ -21,7 +21,8 @@ class VadResult:
     scores: object  # SlidingWindowFeature (num_chunks, frames_per_chunk, local_speakers)
     regions: list[tuple[float, float]]
     device_s: float = 0.0  # seconds in the segmentation forwards (unit by unit; batched, the flight's are counted once)
-    forwards: int = 0  # segmentation forwards run for this unit alone, counted by the section (0 when batched across units)
+    forwards: int = 0  # segmentation forwards run for this unit alone, counted by the section (0 when batched across
+    # units)
 
     @property
     def speech_s(self) -> float:
@@ -54,7 +55,8 @@ def speech_regions(segmentation_inference, scores, duration_s: float) -> list[tu
 
 
 def run_vad_flight(pipeline, waveforms: dict[str, np.ndarray]) -> tuple[dict[str, VadResult], float]:
-    """Every unit's VAD with the segmentation forwards batched across the units (lever 5); also the forwards' seconds."""
+    """Every unit's VAD with the segmentation forwards batched across the units (lever 5); also the forwards'
+    seconds."""
     import time
 
     from batch_assets.gpu.flight_batch import segment_files
@@ -65,7 +67,8 @@ def run_vad_flight(pipeline, waveforms: dict[str, np.ndarray]) -> tuple[dict[str
     started = time.perf_counter()
     scores = segment_files(inference, list(files.values()))
     device_s = time.perf_counter() - started
-    return {uid: VadResult(scores=scores[id(f)], regions=speech_regions(inference, scores[id(f)], len(waveforms[uid]) / SAMPLE_RATE))
+    return {uid: VadResult(scores=scores[id(f)],
+                           regions=speech_regions(inference, scores[id(f)], len(waveforms[uid]) / SAMPLE_RATE))
             for uid, f in files.items()}, device_s
 
 
@@ -78,4 +81,5 @@ def run_vad(pipeline, waveform: np.ndarray, uri: str) -> VadResult:
     started = time.perf_counter()
     scores = inference(as_pyannote_file(waveform, uri))
     device_s = time.perf_counter() - started
-    return VadResult(scores=scores, regions=speech_regions(inference, scores, len(waveform) / SAMPLE_RATE), device_s=device_s)
+    return VadResult(scores=scores, regions=speech_regions(inference, scores, len(waveform) / SAMPLE_RATE),
+                     device_s=device_s)

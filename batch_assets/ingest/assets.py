@@ -65,7 +65,8 @@ class FetchConfig(DegradeConfig):
 
 
 class PrepareConfig(DegradeConfig):
-    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Audio seconds per flight (shared decode budget)")
+    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S,
+                                         description="Audio seconds per flight (shared decode budget)")
     max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
     decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
     max_unit_seconds: float = Field(default=WINDOW_SECONDS, description="Longest audio processed in one piece: a "
@@ -92,7 +93,8 @@ def window_spec(config: PrepareConfig) -> WindowSpec:
     backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
-def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource) -> dg.MaterializeResult:
+def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig,
+                  storage: StorageResource) -> dg.MaterializeResult:
     """The partition's manifest: every audio object under `{source}/{partition}/`, once, with a result class.
 
     Listed recursively and sorted; each object is fetched (with retries), checksummed and probed for
@@ -113,7 +115,8 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig, storag
     return dg.MaterializeResult()
 
 
-def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource, partition: str) -> dict:
+def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, storage: StorageResource,
+                    partition: str) -> dict:
     keep = written_later_in_run(context, ("prepared_flights", *GPU_ASSET_KEYS))
     lease = partition_lease(context, storage, partition)
     with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
@@ -125,11 +128,13 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
     try:
-        manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency, config.retries)
+        manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency,
+                                           config.retries)
     except UnitIdCollision as error:  # two keys, one id (a sha256 collision): nothing was read or written
         raise dg.Failure(description=f"{partition}: {error}; rename one of the objects", allow_retries=False) from None
     previous = previous_unit_count(storage, partition)
-    shrinks = previous is not None and previous > 0 and (len(manifest) == 0 or len(manifest) < config.shrink_guard_fraction * previous)
+    shrinks = previous is not None and previous > 0 and (
+        len(manifest) == 0 or len(manifest) < config.shrink_guard_fraction * previous)
     if shrinks and not config.allow_shrink:
         raise dg.Failure(
             description=f"{partition}: the source {source} lists {len(manifest)} units, but the partition's current "
@@ -172,7 +177,8 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
     backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
-def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource) -> dg.MaterializeResult:
+def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
+                     storage: StorageResource) -> dg.MaterializeResult:
     """The `ok` units decoded to 16 kHz mono float32 and packed into flights under the decode budget.
 
     Writes one `.npy` per flight plus the flight plan (`plan.parquet`: each unit's flight, offset and
@@ -194,15 +200,16 @@ def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
         return None
 
 
-def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str) -> dict:
+def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource,
+                      partition: str) -> dict:
     keep = written_later_in_run(context, GPU_ASSET_KEYS)
     lease = partition_lease(context, storage, partition)
     with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
         return _prepare_partition(context, config, storage, partition, lease)
 
 
-def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource, partition: str,
-                       lease: PartitionLease) -> dict:
+def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource,
+                       partition: str, lease: PartitionLease) -> dict:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     with storage.replace_partition("prepared_flights", partition, fence=lease.check) as outputs:
         plan, flights = prepare_flights(

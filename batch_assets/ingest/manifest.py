@@ -66,7 +66,8 @@ def _walk_local(partition_path: str) -> Iterator[tuple[str, bool]]:
 
 
 def list_local(partition_path: str) -> tuple[list[str], dict[str, str], dict[str, str]]:
-    """(listed paths sorted, {symlink: why it is refused}, {symlink: why it is not a unit of its own}) for a local folder."""
+    """(listed paths sorted, {symlink: why it is refused}, {symlink: why it is not a unit of its own}) for a local
+    folder."""
     if not os.path.isdir(partition_path):
         return [], {}, {}
     root = os.path.realpath(partition_path)
@@ -85,8 +86,10 @@ def list_local(partition_path: str) -> tuple[list[str], dict[str, str], dict[str
             refused[path] = f"{link} does not point to a file"
         elif is_audio(target):
             aliases[path] = f"{link} points to {relative_key(root, target)!r}, which is listed itself: read once"
-        elif is_audio(path):  # nothing is read through a symlink (reads are O_NOFOLLOW): name the file it points to instead
-            refused[path] = f"{link} points to {relative_key(root, target)!r}, which is not an audio file; it was not read"
+        elif is_audio(path):  # nothing is read through a symlink (reads are O_NOFOLLOW):
+            # name the file it points to instead
+            refused[path] = (f"{link} points to {relative_key(root, target)!r}, which is not an audio file; "
+                             "it was not read")
     return sorted(listed), refused, aliases
 
 
@@ -124,7 +127,8 @@ def describe_object(
     if info.duration_s > max_recording_s:
         return row | {
             "result_class": ResultClass.TOO_LONG,
-            "reason": f"{info.duration_s:.1f} s is over the safety limit of {max_recording_s:.0f} s (max_recording_seconds)",
+            "reason": f"{info.duration_s:.1f} s is over the safety limit of {max_recording_s:.0f} s "
+                      "(max_recording_seconds)",
         }
     return row | {"result_class": ResultClass.OK, "reason": ""}
 
@@ -154,7 +158,8 @@ def build_manifest(
     # only a unit read under its own, clean key has a sidecar (a refused key's is listed as any other .json)
     readable = {p for p in audio if p not in refused and key_problem(relative_key(partition_path, p)) is None}
     sidecars = {p.removesuffix(SIDECAR_SUFFIX): p for p in listed
-                if p.endswith(SIDECAR_SUFFIX) and p.removesuffix(SIDECAR_SUFFIX) in readable and p not in refused | aliases}
+                if p.endswith(SIDECAR_SUFFIX) and p.removesuffix(SIDECAR_SUFFIX) in readable
+                and p not in refused | aliases}
 
     def why_skipped(p: str) -> str:
         if p in aliases:
@@ -174,7 +179,8 @@ def build_manifest(
     for row, uid, path in zip(rows, ids, audio, strict=True):
         row["unit_id"] = uid
         if path in sidecars:
-            row |= sidecar_hints(fs, sidecars[path], relative_key(partition_path, sidecars[path]), retries, partition_path)
+            row |= sidecar_hints(fs, sidecars[path], relative_key(partition_path, sidecars[path]), retries,
+                                 partition_path)
         row["result_class"] = str(row["result_class"])
         row["source_uri"], row["relative_key"] = storable(row["source_uri"]), storable(row["relative_key"])
     for row in skipped:

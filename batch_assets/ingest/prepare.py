@@ -97,18 +97,19 @@ def _windowed_flights(planned: PlannedUnit, row: dict, source_path_of, write_fli
             for window, (start_s, samples) in enumerate(split_windows(stream_file(staged), spec)):
                 flight_id = f"{planned.flight_id}-w{window:04d}"
                 uri = write_flight(flight_id, samples)
-                rows.append(base | {"flight_id": flight_id, "offset_samples": 0, "num_samples": len(samples), "offset_s": 0.0,
-                                    "duration_s": len(samples) / TARGET_SAMPLE_RATE, "result_class": str(ResultClass.OK),
-                                    "window": window, "window_start_s": start_s})
+                rows.append(base | {"flight_id": flight_id, "offset_samples": 0, "num_samples": len(samples),
+                                    "offset_s": 0.0, "duration_s": len(samples) / TARGET_SAMPLE_RATE,
+                                    "result_class": str(ResultClass.OK), "window": window, "window_start_s": start_s})
                 flights.append({"flight_id": flight_id, "num_units": 1, "audio_s": len(samples) / TARGET_SAMPLE_RATE,
                                 "audio_uri": uri})
                 decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
-                log(f"{flight_id}: window {window} of {planned.unit_id} from {start_s:.0f} s, {len(samples) / TARGET_SAMPLE_RATE:.1f} s")
+                log(f"{flight_id}: window {window} of {planned.unit_id} from {start_s:.0f} s, "
+                    f"{len(samples) / TARGET_SAMPLE_RATE:.1f} s")
                 del samples
     except (DecodeError, FetchError, ChangedSinceListed) as error:
         if not rows:
-            return [_unfinished_row(base | {"flight_id": f"{planned.flight_id}-w0000", "window": None, "window_start_s": None},
-                                    0, error, None)], []
+            return [_unfinished_row(base | {"flight_id": f"{planned.flight_id}-w0000", "window": None,
+                                            "window_start_s": None}, 0, error, None)], []
         failed = _unfinished_row(base, 0, error, None)
         return [r | {k: failed[k] for k in ("result_class", "reason")} for r in rows], []
     if not rows:
@@ -140,8 +141,8 @@ def prepare_flights(
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         for flight_id, units in by_flight.items():
             if units[0].unit_id in windowed:
-                rows, flights = _windowed_flights(units[0], sources[units[0].unit_id], source_path_of, write_flight, windows,
-                                                  retries, log)
+                rows, flights = _windowed_flights(units[0], sources[units[0].unit_id], source_path_of, write_flight,
+                                                  windows, retries, log)
                 plan_rows += rows
                 flight_rows += flights
                 continue

@@ -106,7 +106,8 @@ def tiny_diarization_path() -> pathlib.Path:
             write_plda(folder / "plda", EMBEDDING_DIMENSION)
         write_pipeline_config(folder, diarization_params())
 
-    trained = [p for p in (EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz", PLDA_DIR / "xvec_transform.npz", DIARIZATION_REPORT) if p.exists()]
+    trained = [p for p in (EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz", PLDA_DIR / "xvec_transform.npz",
+                           DIARIZATION_REPORT) if p.exists()]
     key = fingerprint(
         SEGMENTATION_WEIGHTS,
         *trained,

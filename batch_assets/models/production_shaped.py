@@ -114,7 +114,8 @@ def community1_shaped_path() -> pathlib.Path:
         shutil.copyfile(SEGMENTATION_WEIGHTS, folder / "segmentation" / "pytorch_model.bin")
         torch.manual_seed(SHAPED_SEED)
         builtin.save_embedding(WeSpeakerResNet34(), folder, duration=10.0)
-        write_plda(folder / "plda", EMBEDDING_DIMENSION, lda_dimension=LDA_DIMENSION, rng=np.random.default_rng(SHAPED_SEED))
+        write_plda(folder / "plda", EMBEDDING_DIMENSION, lda_dimension=LDA_DIMENSION,
+                   rng=np.random.default_rng(SHAPED_SEED))
         builtin.write_pipeline_config(folder, COMMUNITY1_PARAMS, segmentation_batch_size=32, embedding_batch_size=32)
 
     if not SEGMENTATION_WEIGHTS.exists():

@@ -86,7 +86,8 @@ def tiny_tdt_config() -> dict[str, Any]:
         },
         "loss": {
             "loss_name": "tdt",
-            "tdt_kwargs": {"fastemit_lambda": 0.0, "clamp": -1.0, "durations": TDT_DURATIONS, "sigma": 0.02, "omega": 0.1},
+            "tdt_kwargs": {"fastemit_lambda": 0.0, "clamp": -1.0, "durations": TDT_DURATIONS, "sigma": 0.02,
+                           "omega": 0.1},
         },
         "train_ds": None,
         "validation_ds": None,

@@ -37,7 +37,8 @@ def specifications(duration: float = CHUNK_DURATION_S) -> Specifications:
 
 
 def build_segmentation(duration: float = CHUNK_DURATION_S, architecture: dict | None = None) -> PyanNet:
-    """A powerset PyanNet with this problem shape; `architecture` (PyanNet's sincnet/lstm/linear) defaults to the tiny one."""
+    """A powerset PyanNet with this problem shape; `architecture` (PyanNet's sincnet/lstm/linear) defaults to the
+    tiny one."""
     model = PyanNet(sample_rate=16000, num_channels=1, **(architecture or ARCHITECTURE))
     model.specifications = specifications(duration)
     model.build()

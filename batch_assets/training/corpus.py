@@ -59,7 +59,8 @@ def synthesize(sentences: list[str], voices: list[str], seed: int, processes: in
         return []
     rng = np.random.default_rng(seed)
     jobs = [
-        (text, voices[int(rng.integers(len(voices)))], int(rng.integers(130, 200)), int(rng.integers(25, 80)), seed * 100003 + i)
+        (text, voices[int(rng.integers(len(voices)))], int(rng.integers(130, 200)), int(rng.integers(25, 80)),
+         seed * 100003 + i)
         for i, text in enumerate(sentences)
     ]
     with multiprocessing.Pool(processes) as pool:

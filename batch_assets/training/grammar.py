@@ -43,7 +43,8 @@ INTENSIFIERS = ["very", "too", "so", "really", "pretty", "quite", "much", "a lit
 ENDINGS = ["today", "now", "again", "too", "here", "there", "later", "soon", "already", "yet", "right now",
            "last night", "next week", "this morning", "every day", "last year", "next year", "this week",
            "last week", "at home", "over there", "so much", "a lot", "all day", "for a while", "at work",
-           "in the morning", "at night", "for now", "as well", "at all", "on time", "two days ago", "as soon as possible"]
+           "in the morning", "at night", "for now", "as well", "at all", "on time", "two days ago",
+           "as soon as possible"]
 ANSWERS = ["no problem", "me too", "you too", "of course", "not yet", "not really", "i know", "i think so",
            "i do not know", "thank you so much", "see you", "good to know", "that is right", "me neither",
            "sounds good", "all right", "not at all", "good idea", "i hope so", "you know"]
@@ -122,7 +123,8 @@ class _Writer:
         self.subjects = self.in_vocab(SUBJECTS)
         self.objects, self.modals = self.in_vocab(OBJECT_PRONOUNS), self.in_vocab(MODALS)
         self.det_sg, self.det_pl = self.in_vocab(SINGULAR_DETERMINERS), self.in_vocab(PLURAL_DETERMINERS)
-        self.preps, self.conjs, self.wh = self.in_vocab(PREPOSITIONS), self.in_vocab(CONJUNCTIONS), self.in_vocab(WH_WORDS)
+        self.preps, self.conjs, self.wh = (self.in_vocab(PREPOSITIONS), self.in_vocab(CONJUNCTIONS),
+                                           self.in_vocab(WH_WORDS))
         self.openers, self.pre_adverbs = self.in_vocab(OPENERS), self.in_vocab(PRE_VERB_ADVERBS)
         self.intensifiers, self.endings, self.answers = (self.in_vocab(INTENSIFIERS), self.in_vocab(ENDINGS),
                                                          self.in_vocab(ANSWERS))
@@ -182,7 +184,8 @@ class _Writer:
         elif choice == 5:
             intensity = self.pick(self.intensifiers) + " " if self.chance(0.5) else ""
             copula = self.pick([be, "was" if third_person or subject == "i" else "were"])
-            return f"{copula} {intensity}{self.pick(lex.adjectives)}" + (f" {self.pick(self.endings)}" if self.chance(0.3) else "")
+            return f"{copula} {intensity}{self.pick(lex.adjectives)}" + (
+                f" {self.pick(self.endings)}" if self.chance(0.3) else "")
         elif third_person and verb in lex.third:
             head = f"{adverb}{lex.third[verb]}"
         elif not third_person:
@@ -200,13 +203,16 @@ class _Writer:
         subject, third = self.subject()
         verb, kind = self.pick(self.lex.verbs), int(self.rng.integers(6))
         if kind == 0:
-            return f"{self.pick(self.wh)} {self.pick(['do', 'did', *self.modals])} {subject} {verb} {self.tail()}".strip()
+            return (f"{self.pick(self.wh)} {self.pick(['do', 'did', *self.modals])} {subject} {verb} "
+                    f"{self.tail()}").strip()
         if kind == 1:
             return f"{'does' if third else 'do'} {subject} {verb} {self.tail()}".strip()
         if kind == 2:
-            return f"{self.pick(['is there', 'are there', 'was there', 'will there be'])} {self.noun_phrase()} {self.tail()}".strip()
+            return (f"{self.pick(['is there', 'are there', 'was there', 'will there be'])} {self.noun_phrase()} "
+                    f"{self.tail()}").strip()
         if kind == 3:
-            return f"how many {self.pick(self.lex.plurals)} {self.pick(['do', 'did', *self.modals])} {subject} {verb}".strip()
+            return (f"how many {self.pick(self.lex.plurals)} {self.pick(['do', 'did', *self.modals])} "
+                    f"{subject} {verb}").strip()
         if kind == 4:
             return f"{self.pick(self.modals)} {subject} {verb} {self.tail()}".strip()
         return f"{self.pick(['is', 'was'])} {self.noun_phrase()} {self.pick(self.lex.adjectives)}"

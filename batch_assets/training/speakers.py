@@ -15,7 +15,8 @@ import numpy as np
 from batch_assets.models.sentences import make_sentences
 from batch_assets.training.corpus import RATE, speak
 
-ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan", "en-gb-x-gbcwmd"]
+ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan",
+           "en-gb-x-gbcwmd"]
 VARIANTS = ["", "+m1", "+m2", "+m3", "+m4", "+m5", "+m6", "+m7", "+f1", "+f2", "+f3", "+f4", "+f5"]
 
 
@@ -41,7 +42,8 @@ def _speak(job) -> np.ndarray:
     return speak(text, speaker.voice, speaker.wpm, speaker.pitch)
 
 
-def utterance_pool(speakers: list[Speaker], per_speaker: int, rng: np.random.Generator, processes: int = 2) -> dict[str, list[np.ndarray]]:
+def utterance_pool(speakers: list[Speaker], per_speaker: int, rng: np.random.Generator,
+                   processes: int = 2) -> dict[str, list[np.ndarray]]:
     sentences = make_sentences(len(speakers) * per_speaker, rng, lengths=(3, 10))
     jobs = [(sentences[i * per_speaker + j], s) for i, s in enumerate(speakers) for j in range(per_speaker)]
     with multiprocessing.Pool(processes) as pool:
@@ -53,7 +55,8 @@ def utterance_pool(speakers: list[Speaker], per_speaker: int, rng: np.random.Gen
 
 
 def dialogue(pool: dict[str, list[np.ndarray]], rng: np.random.Generator, speakers: int | None = None,
-             turns: tuple[int, int] = (6, 12), overlap_p: float = 0.1) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+             turns: tuple[int, int] = (6, 12),
+             overlap_p: float = 0.1) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
     names = list(pool)
     chosen = list(rng.choice(names, size=min(len(names), speakers or int(rng.integers(2, 4))), replace=False))
     pieces: list[tuple[int, np.ndarray]] = []

@@ -58,14 +58,16 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=5000)
     parser.add_argument("--val", type=int, default=120)
     parser.add_argument("--test", type=int, default=200)
-    parser.add_argument("--words", type=int, default=ASR_VOCABULARY_WORDS, help="sentences use the N most common English words")
+    parser.add_argument("--words", type=int, default=ASR_VOCABULARY_WORDS,
+                        help="sentences use the N most common English words")
     parser.add_argument("--vocab", type=int, default=256, help="BPE vocabulary size")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS / "tiny-tdt.nemo")
-    parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (its tokenizer; the same seeded sentence draw, --train may extend it)")
+    parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (its tokenizer; the same seeded "
+                        "sentence draw, --train may extend it)")
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--grammar", type=int, default=0,
                         help="also train on N grammatical sentences (grammar.py), with grammatical val/test splits")
@@ -78,12 +80,14 @@ def main() -> None:
     def split(sentences: list[str], n_train: int) -> tuple[list[str], list[str], list[str]]:
         return sentences[:n_train], sentences[n_train : n_train + args.val], sentences[n_train + args.val :]
 
-    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words), args.train)
+    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words),
+                                   args.train)
     grammar_s = make_grammar_sentences(args.grammar + args.val + args.test, np.random.default_rng(args.seed + 1),
                                        vocabulary=args.words) if args.grammar else []
     g_train_s, g_val_s, g_test_s = split(grammar_s, args.grammar)
     voices = train_voices()
-    train = synthesize(train_s, voices, seed=args.seed * 10 + 1) + synthesize(g_train_s, voices, seed=args.seed * 10 + 5)
+    train = (synthesize(train_s, voices, seed=args.seed * 10 + 1)
+             + synthesize(g_train_s, voices, seed=args.seed * 10 + 5))
     val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2)
     test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
     unseen = synthesize(test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 4)

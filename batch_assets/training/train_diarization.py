@@ -14,7 +14,8 @@ Seeded. Steps:
    measured on test dialogues (collar 0.5 s in pyannote's terms: +-0.25 s around each boundary).
 Writes `batch_assets/models/weights/{segmentation.bin, embedding.bin, plda/, diarization.json}`.
 
-    .venv/bin/python -m batch_assets.training.train_diarization --production-shaped-segmentation [--segmentation-minutes 24]
+    .venv/bin/python -m batch_assets.training.train_diarization --production-shaped-segmentation \
+        [--segmentation-minutes 24]
 
 trains only the production-shaped profile's segmentation model (segmentation-3.0's architecture and sizes,
 10 s chunks: `models/production_shaped.py`) from scratch on the same speakers, and measures its DER in the
@@ -97,7 +98,8 @@ def train_segmentation(pool, minutes: float, rng, duration: float, init: pathlib
         x = torch.from_numpy(np.stack(xs))[:, None, :]
         y = torch.from_numpy(np.stack(ys))
         log_probs = model(x)
-        losses = [F.nll_loss(log_probs.transpose(1, 2), powerset.to_powerset(y[:, :, p]).argmax(-1), reduction="none").mean(1) for p in perms]
+        losses = [F.nll_loss(log_probs.transpose(1, 2), powerset.to_powerset(y[:, :, p]).argmax(-1),
+                             reduction="none").mean(1) for p in perms]
         loss = torch.stack(losses, 1).min(1).values.mean()
         optimizer.zero_grad()
         loss.backward()
@@ -155,7 +157,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=pathlib.Path, default=WEIGHTS)
-    parser.add_argument("--init-segmentation", type=pathlib.Path, help="start the segmentation model from this checkpoint")
+    parser.add_argument("--init-segmentation", type=pathlib.Path,
+                        help="start the segmentation model from this checkpoint")
     parser.add_argument("--production-shaped-segmentation", action="store_true",
                         help="train only segmentation-3.0-shaped (10 s chunks) with the shipped embedding and PLDA")
     args = parser.parse_args()
@@ -176,7 +179,8 @@ def main() -> None:
     test_pool = {n: pool[n] for n in held[len(held) // 2 :]}
     train_pool = {n: pool[n] for n in train_names}
     report["synthesis_s"] = time.time() - started
-    print(f"{len(speakers)} speakers, {sum(map(len, pool.values()))} utterances in {report['synthesis_s']:.0f} s", flush=True)
+    print(f"{len(speakers)} speakers, {sum(map(len, pool.values()))} utterances in {report['synthesis_s']:.0f} s",
+          flush=True)
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="tiny-diarization-"))
     architecture = None
@@ -196,7 +200,8 @@ def main() -> None:
                                                                          np.array([n for n, _ in test_clips]))}
         print(json.dumps(report["embedding"]), flush=True)
         train_clips = [(n, c) for n in train_names for c in pool[n]]
-        fit_plda(embed(embedding, [c for _, c in train_clips]), np.array([n for n, _ in train_clips]), 32, work / "plda")
+        fit_plda(embed(embedding, [c for _, c in train_clips]), np.array([n for n, _ in train_clips]), 32,
+                 work / "plda")
 
     init = args.init_segmentation
     seg_started = time.time()

@@ -31,7 +31,8 @@ def train_embedding(pool, names, minutes: float, rng, dimension: int = 64, batch
     from batch_assets.models.tiny_embedding import TinyXVector
 
     model = TinyXVector(dimension=dimension)
-    model.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0, min_duration=0.5)
+    model.specifications = Specifications(problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=3.0,
+                                          min_duration=0.5)
     head = torch.nn.Parameter(torch.randn(len(names), dimension) * 0.01)
     optimizer = torch.optim.Adam(list(model.parameters()) + [head], lr=2e-3)
     scale, margin = 30.0, 0.2
@@ -52,7 +53,8 @@ def train_embedding(pool, names, minutes: float, rng, dimension: int = 64, batch
         step += 1
         if step % 100 == 0:
             acc = (cos.argmax(-1) == target).float().mean().item()
-            print(f"embedding step {step} loss {loss.item():.3f} acc {acc:.2f} ({time.time() - started:.0f} s)", flush=True)
+            print(f"embedding step {step} loss {loss.item():.3f} acc {acc:.2f} ({time.time() - started:.0f} s)",
+                  flush=True)
     return model.eval(), step
 
 
@@ -88,7 +90,8 @@ def fit_plda(emb: np.ndarray, labels: np.ndarray, lda_dim: int, folder: pathlib.
     x = np.sqrt(D) * l2(emb - mean1)
     classes = np.unique(labels)
     mu = x.mean(axis=0)
-    Sw = sum(np.cov((x[labels == c] - x[labels == c].mean(0)).T, bias=True) * (labels == c).sum() for c in classes) / len(x)
+    Sw = sum(np.cov((x[labels == c] - x[labels == c].mean(0)).T, bias=True) * (labels == c).sum()
+             for c in classes) / len(x)
     Sb = sum(np.outer(x[labels == c].mean(0) - mu, x[labels == c].mean(0) - mu) for c in classes) / len(classes)
     vals, vecs = eigh(Sb, Sw + 1e-6 * np.eye(D))
     lda = vecs[:, ::-1][:, :lda_dim]
@@ -97,7 +100,8 @@ def fit_plda(emb: np.ndarray, labels: np.ndarray, lda_dim: int, folder: pathlib.
     z = np.sqrt(lda_dim) * l2(y - mean2)
     plda_mu = z.mean(axis=0)
     zc = z - plda_mu
-    W = sum(np.cov((zc[labels == c] - zc[labels == c].mean(0)).T, bias=True) * (labels == c).sum() for c in classes) / len(zc)
+    W = sum(np.cov((zc[labels == c] - zc[labels == c].mean(0)).T, bias=True) * (labels == c).sum()
+            for c in classes) / len(zc)
     B = np.cov(np.stack([zc[labels == c].mean(0) for c in classes]).T, bias=True)
     psi, V = eigh(B, W + 1e-6 * np.eye(lda_dim))  # V.T W V = I, V.T B V = diag(psi)
     folder.mkdir(parents=True, exist_ok=True)
