@@ -35,8 +35,9 @@ VARIANTS = {  # (reuse segmentation, cuda graphs, shared embedding trunk)
 }
 
 
-def sample_flight(tile: int) -> tuple[np.ndarray, list[dict]]:
+def sample_flight(tile: int) -> tuple[np.ndarray, list]:
     pieces, units, offset = [], [], 0
+    from batch_assets.gpu.section import SectionUnit
     from batch_assets.long_audio import sample_audio_paths
 
     paths = sample_audio_paths()
@@ -44,7 +45,7 @@ def sample_flight(tile: int) -> tuple[np.ndarray, list[dict]]:
         for path in paths:
             samples, rate = sf.read(path, dtype="float32", always_2d=True)
             audio = to_target(samples, rate)
-            units.append({"unit_id": f"{path.stem}-{copy}", "offset_samples": offset, "num_samples": len(audio)})
+            units.append(SectionUnit(f"{path.stem}-{copy}", offset, len(audio)))
             pieces.append(audio)
             offset += len(audio)
     return np.concatenate(pieces), units

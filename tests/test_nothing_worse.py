@@ -96,13 +96,13 @@ MARKER = np.float32(0.987654321)  # a sample value the injected fault recognises
 def _flight(models_rate: int = 16000):
     """Two speech units in one flight (the sample's standup and planning calls), the second carrying MARKER."""
     from batch_assets.audio.decode import decode_file
+    from batch_assets.gpu.section import SectionUnit
 
     first, _ = decode_file(str(SAMPLE / "meetings" / "standup.wav"), ".wav")
     second, _ = decode_file(str(SAMPLE / "meetings" / "planning.mp3"), ".mp3")
     first, second = first[: 12 * models_rate], second[: 12 * models_rate].copy()
     second[1000] = MARKER
-    units = [{"unit_id": "a", "offset_samples": 0, "num_samples": len(first)},
-             {"unit_id": "b", "offset_samples": len(first), "num_samples": len(second)}]
+    units = [SectionUnit("a", 0, len(first)), SectionUnit("b", len(first), len(second))]
     return np.concatenate([first, second]), units
 
 

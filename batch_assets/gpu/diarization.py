@@ -224,33 +224,37 @@ def diarize(pipeline: LeveredSpeakerDiarization, waveform: np.ndarray, uri: str,
     )
 
 
-def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict], across_units: bool) -> None:
+def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict], across_units: bool) -> float:
     """The device work of several units' calls, done before the calls (levers 5 and 6): each file's call gets its
     `segmentations` (VAD's when reused, else a forward: batched across the files with `across_units`) and, when a
     speaker is active, its `embeddings` (the shared trunk batched across the files with `across_units`). The
-    calls then run only host work, and check that what they would have computed is what they were given."""
+    calls then run only host work, and check that what they would have computed is what they were given.
+    Returns the seconds of host work it did on the way (binarizing and counting speakers, to pick the embeddings)."""
     from batch_assets.gpu.flight_batch import segment_files
 
     calls = [call_of(f) for f in files]
     need = []
     for file, call in zip(files, calls, strict=True):
         problem = "not offered" if call.vad_scores is None else pipeline._mismatch(call.vad_scores, file)
-        if problem is not None:
-            need.append(file)
-            if across_units and call.vad_scores is not None:
-                call.reuse = f"fallback: {problem}"
-    fresh = segment_files(adapter.segmentation_inference(pipeline), need) if across_units and need else {}
-    for file, call in zip(files, calls, strict=True):
-        if id(file) in fresh:
-            call.segmentations = fresh[id(file)]
-        else:
-            call.segmentations = pipeline.get_segmentations(file)  # reused, or one forward (timed by the step)
+        need.append(problem is not None)
+        if problem is not None and across_units and call.vad_scores is not None:
+            call.reuse = f"fallback: {problem}"
+    batched = None
+    if across_units and any(need):
+        needed = [file for file, needs in zip(files, need, strict=True) if needs]
+        batched = iter(segment_files(adapter.segmentation_inference(pipeline), needed))
+    for file, call, needs in zip(files, calls, need, strict=True):
+        # batched, else reused or one forward (timed by the step)
+        call.segmentations = next(batched) if batched is not None and needs else pipeline.get_segmentations(file)
     requests, works = [], []
     exclude = pipeline.embedding_exclude_overlap
+    host_s = 0.0
     for file, call in zip(files, calls, strict=True):
+        started = time.perf_counter()
         binarized = adapter.binarized_segmentations(pipeline, call.segmentations)
         count = pipeline.speaker_count(binarized, adapter.segmentation_inference(pipeline).model.receptive_field,
                                        warm_up=(0.0, 0.0))
+        host_s += time.perf_counter() - started
         if np.nanmax(count.data) == 0.0:
             continue  # pyannote exits early: no embeddings
         if across_units and call.shared_trunk and not pipeline.training and shared_trunk_problem(pipeline) is None:
@@ -270,3 +274,4 @@ def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict
             call.embeddings = PrecomputedEmbeddings(binarized.data, exclude, embeddings, work)
     for call in calls:  # the caller times this phase; from here a call's device seconds are its own call's forwards
         call.device_s = 0.0
+    return host_s

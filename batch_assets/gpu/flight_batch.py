@@ -20,8 +20,9 @@ import numpy as np
 from batch_assets.gpu import pyannote_adapter as adapter
 
 
-def segment_files(inference, files: list[dict]) -> dict[int, object]:
-    """Each file's (chunks, frames, local speakers) segmentation scores, keyed by `id(file)`, batched across files."""
+def segment_files(inference, files: list[dict]) -> list[object]:
+    """Each file's (chunks, frames, local speakers) segmentation scores, in the order of `files`, batched across
+    files."""
     import torch
     from pyannote.audio.utils.reproducibility import fix_reproducibility
     from pyannote.core import SlidingWindow, SlidingWindowFeature
@@ -35,5 +36,4 @@ def segment_files(inference, files: list[dict]) -> dict[int, object]:
     scores = np.vstack(outputs) if outputs else np.zeros((0,))
     window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
     edges = np.cumsum([0, *counts])
-    return {id(file): SlidingWindowFeature(scores[a:b], window)
-            for file, a, b in zip(files, edges[:-1], edges[1:], strict=True)}
+    return [SlidingWindowFeature(scores[a:b], window) for a, b in zip(edges[:-1], edges[1:], strict=True)]

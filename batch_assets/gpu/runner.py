@@ -28,7 +28,7 @@ from batch_assets.gpu.asr import apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.precision import describe as describe_precision
-from batch_assets.gpu.section import DeviceDone, UnitOutcome, device_work, host_work
+from batch_assets.gpu.section import DeviceDone, SectionUnit, UnitOutcome, device_work, host_work
 from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
 
 
@@ -50,12 +50,11 @@ class Levers:
 
 @dataclasses.dataclass(frozen=True)
 class FlightWork:
-    """One flight to process: its id, its audio seconds, and the plan rows of its units to process (the
-    `prepared_flights` plan's columns, plus `speaker_hints`, a `SpeakerHints`: `gpu/section.py` reads them)."""
+    """One flight to process: its id, its audio seconds, and its units to process."""
 
     flight_id: str
     audio_s: float
-    units: list[dict[str, Any]]
+    units: list[SectionUnit]
 
 
 @dataclasses.dataclass

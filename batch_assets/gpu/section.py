@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,6 +55,18 @@ if TYPE_CHECKING:  # runner imports this module
 SAMPLE_RATE = 16_000
 
 
+@dataclasses.dataclass(frozen=True)
+class SectionUnit:
+    """One unit of a flight to process, from its `prepared_flights` plan row (result_class ok): where its samples lie
+    in the flight's audio, its window when it is one window of a long unit, and its speaker-count hints."""
+
+    unit_id: str
+    offset_samples: int
+    num_samples: int
+    window: int | None = None
+    speaker_hints: SpeakerHints = NO_HINTS
+
+
 @dataclasses.dataclass
 class UnitOutcome:
     unit_id: str
@@ -78,15 +90,14 @@ class DeviceDone:
     calls: dict[str, tuple[DiarizationCall, dict, SpeakerHints]] = dataclasses.field(default_factory=dict)
 
 
-def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[dict[str, Any]], levers: Levers,
+def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[SectionUnit], levers: Levers,
                    stats: SectionStats) -> list[UnitOutcome]:
-    """`units`: plan rows of this flight with result_class ok (unit_id, offset_samples, num_samples, a window's
-    `window`, and optionally `speaker_hints`, a `SpeakerHints`); `levers`: the run's `runner.Levers`. A window's
-    outcome is under its piece id (`windows.piece_id`), on the window's clock; the assembly stitches them."""
+    """`levers`: the run's `runner.Levers`. A window's outcome is under its piece id (`windows.piece_id`), on the
+    window's clock; the assembly stitches them."""
     return host_work(models, device_work(models, flight_id, audio, units, levers, stats), stats)
 
 
-def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[dict[str, Any]], levers: Levers,
+def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[SectionUnit], levers: Levers,
                 stats: SectionStats) -> DeviceDone:
     """Everything of a flight that uses the device. With lever 5 or 6 the diarization calls' forwards are done
     here and the calls themselves are left to `host_work`; otherwise each call runs whole here."""
@@ -94,10 +105,10 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     waveforms: dict[str, np.ndarray] = {}
     hints: dict[str, SpeakerHints] = {}
     for unit in units:
-        uid = piece_id(unit["unit_id"], unit.get("window"))  # a window of a long unit is processed as a unit of its own
-        waveforms[uid] = audio[unit["offset_samples"] : unit["offset_samples"] + unit["num_samples"]]
+        uid = piece_id(unit.unit_id, unit.window)  # a window of a long unit is processed as a unit of its own
+        waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
         outcomes[uid] = UnitOutcome(uid, flight_id, len(waveforms[uid]) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
-        hints[uid] = unit.get("speaker_hints", NO_HINTS)
+        hints[uid] = unit.speaker_hints
     done = DeviceDone(flight_id, outcomes)
     speech = _vad(models, waveforms, outcomes, levers, stats)
     calls = {uid: DiarizationCall(
@@ -199,11 +210,12 @@ def _vad(models: LoadedModels, waveforms: dict[str, np.ndarray], outcomes: dict[
 
 def _precompute(models: LoadedModels, files: dict[str, dict], levers: Levers, stats: SectionStats,
                 outcomes: dict[str, UnitOutcome]) -> None:
-    """The diarization calls' forwards (lever 5: batched across units); a unit that breaks the batch fails alone."""
+    """The diarization calls' forwards (lever 5: batched across units); a unit that breaks the batch fails alone.
+    The host work done on the way (binarizing, counting speakers) counts as host seconds."""
     pipeline = models.diarization
-    started = time.perf_counter()
+    started, host_s = time.perf_counter(), 0.0
     try:
-        precompute_device_work(pipeline, list(files.values()), across_units=levers.batch_across_units_enabled)
+        host_s = precompute_device_work(pipeline, list(files.values()), across_units=levers.batch_across_units_enabled)
     except Exception as error:
         raise_if_device_fault(error, f"batched diarization forwards of {', '.join(files)}")
         stats.batch_fallbacks += 1
@@ -211,12 +223,12 @@ def _precompute(models: LoadedModels, files: dict[str, dict], levers: Levers, st
             call = call_of(file)
             call.segmentations = call.embeddings = None
             try:
-                precompute_device_work(pipeline, [file], across_units=False)
+                host_s += precompute_device_work(pipeline, [file], across_units=False)
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"diarization forwards of {uid}")
                 outcomes[uid].result_class = ResultClass.FAILED
                 outcomes[uid].reason = f"{type(unit_error).__name__}: {unit_error}"[:500]
-    stats.add("diarization", time.perf_counter() - started, 0.0)
+    stats.add("diarization", time.perf_counter() - started - host_s, host_s)
 
 
 def _diarize_unit(models: LoadedModels, outcome: UnitOutcome, call: DiarizationCall, file: dict, hints: SpeakerHints,

@@ -98,6 +98,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.faults import DeviceFault
     from batch_assets.gpu.runner import FlightWork, Levers, run_section
+    from batch_assets.gpu.section import SectionUnit
 
     switches = {s.name: getattr(config, s.name) for s in SWITCHES}
     report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
@@ -107,11 +108,12 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
     hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
-    units_by_flight: dict[str, list[dict]] = collections.defaultdict(list)
+    units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
         unit_hints_ = hints.get(row["unit_id"], SpeakerHints())
-        units_by_flight[row["flight_id"]].append(
-            row | {"speaker_hints": unit_hints_ if row.get("window") is None else window_hints(unit_hints_)})
+        units_by_flight[row["flight_id"]].append(SectionUnit(
+            row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
+            unit_hints_ if row.get("window") is None else window_hints(unit_hints_)))
     models = gpu.load(context.log)
     stops.checkpoint()
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,

@@ -65,11 +65,11 @@ def run_vad_flight(pipeline, waveforms: dict[str, np.ndarray]) -> tuple[dict[str
     inference = segmentation_inference(pipeline)
     files = {uid: as_pyannote_file(w, uid) for uid, w in waveforms.items()}
     started = time.perf_counter()
-    scores = segment_files(inference, list(files.values()))
+    scores = dict(zip(files, segment_files(inference, list(files.values())), strict=True))
     device_s = time.perf_counter() - started
-    return {uid: VadResult(scores=scores[id(f)],
-                           regions=speech_regions(inference, scores[id(f)], len(waveforms[uid]) / SAMPLE_RATE))
-            for uid, f in files.items()}, device_s
+    return {uid: VadResult(scores=scores[uid],
+                           regions=speech_regions(inference, scores[uid], len(waveforms[uid]) / SAMPLE_RATE))
+            for uid in files}, device_s
 
 
 def run_vad(pipeline, waveform: np.ndarray, uri: str) -> VadResult:
