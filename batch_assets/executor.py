@@ -2,9 +2,10 @@
 
 `BATCH_ASSETS_EXECUTOR=k8s` (set by the Helm values) selects dagster-k8s's `k8s_job_executor`, so each GPU
 step (the shards and the assembly) gets its own pod with the `dagster-k8s/config` from its op tags (one
-`nvidia.com/gpu`, node selector, tolerations) while the CPU steps run in plain pods. Anything else keeps
-Dagster's default multiprocess executor, which is what `dagster dev` and the tests use. dagster-k8s is
-imported only when selected.
+`nvidia.com/gpu`, node selector, tolerations) while the CPU steps run in plain pods. `multiprocess` (the
+default, also when unset or empty) keeps Dagster's default multiprocess executor, which is what `dagster dev`
+and the tests use; any other value stops the code location (`settings.py`). dagster-k8s is imported only when
+selected.
 """
 
 import dagster as dg

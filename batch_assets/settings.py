@@ -1,16 +1,16 @@
 """Every setting read from the environment: one frozen `Settings`, built once per process by one strict parser.
 
-`Settings` declares each variable the code reads, in one place: its field (typed), its variable(s), how it is
-parsed, its default and the README's row (`python -m batch_assets.settings` prints the table the README holds;
-`tests/test_readme_settings.py` fails when they differ). `current_settings()` builds it on first use and keeps
-it for the process: the code location reads it when it loads (the partitions, the config fields' defaults, the
-schedule, the executor and `definitions.build_resources`), and a step process reads the same values from the same
-environment. A value that does not parse, or lies outside the accepted range, stops it with an error naming
-every such variable, what it held and what it accepts: a typo in a deployment must never silently mean
-something else (`0` runs per backfill, `yes` for a schedule that then stays off). String settings of resources
-(URLs, model names, the device) become `dg.EnvVar`s when set (`Settings.resource_value`), so the UI shows where a
-value came from and each run resolves it from its own environment. `batch-assets run`'s flags set variables, then
-`reload_settings()`; nothing else changes the settings of a running process.
+`Settings` declares each variable the code reads (but `DAGSTER_HOME`, Dagster's own), in one place: its field
+(typed), its variable(s), how it is parsed, its default and the README's row (`python -m batch_assets.settings`
+prints the table the README holds; `tests/test_readme_settings.py` fails when they differ). `current_settings()`
+builds it on first use and keeps it for the process: the code location reads it when it loads (the partitions, the
+config fields' defaults, the schedule, the executor and `definitions.build_resources`), and a step process reads the
+same values from the same environment. A value that does not parse, or lies outside the accepted range, stops it
+with an error naming every such variable, what it held and what it accepts: a typo in a deployment must never
+silently mean something else (`0` runs per backfill, `yes` for a schedule that then stays off). String settings of
+resources (URLs, model names, the device) become `dg.EnvVar`s when set (`Settings.resource_value`), so the UI shows
+where a value came from and each run resolves it from its own environment. `batch-assets run`'s flags set variables,
+then `reload_settings()`; nothing else changes the settings of a running process.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def _p(parser: Callable[..., Any], *args: Any) -> Callable[..., Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Every variable the code reads (README: Configuration, generated from these fields)."""
+    """Every variable the code reads but `DAGSTER_HOME` (README: Configuration, generated from these fields)."""
 
     source_url: str = _variable("BATCH_ASSETS_SOURCE_URL", _p(env_str, DEFAULT_SOURCE_URL),
                                 "`sample_data/audio` (checkout)",

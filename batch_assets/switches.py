@@ -27,7 +27,7 @@ import dataclasses
 class Switch:
     name: str  # the run config field (`ops.gpu_section.config.<name>`) and the `Levers` field
     env_var: str  # the deployment default, read once at code-location load
-    description: str  # shown in the launchpad, docs/gpu-section.md and the Helm values
+    description: str  # shown in the launchpad, docs/gpu-section.md, the README and the Helm values
     default: bool = True  # when the variable is unset or empty
     helm_value: str = "true"  # what the Helm values set the variable to
 

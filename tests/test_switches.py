@@ -115,8 +115,15 @@ def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
         assert set(meta["stage_seconds"]) == {"vad", "diarization", "asr", "attribution", "tables"}
         assert meta["stage_seconds"]["diarization"]["host"] > 0 and meta["stage_seconds"]["tables"]["host"] > 0
         assert meta["stage_seconds"]["vad"]["device"] > 0 and meta["stage_seconds"]["asr"]["device"] > 0
-    # off: every host second is on the device work's path; on: only VAD's score aggregation stays there
+    # off: every host second is on the device work's path; on: only VAD's score aggregation and the speaker counting
+    # that picks the diarization forwards' embeddings stay there (clustering, attribution and tables move off)
     assert (off["host_seconds_in_section"] == pytest.approx(host(off), abs=0.005)
             and off["host_after_section_seconds"] == 0)
-    assert on["host_seconds_in_section"] == pytest.approx(on["stage_seconds"]["vad"]["host"], abs=0.005)
+    for stage, split in off["stage_seconds"].items():
+        assert split["host_in_section"] == pytest.approx(split["host"], abs=0.002), stage
+    in_section = {stage: split["host_in_section"] for stage, split in on["stage_seconds"].items()}
+    assert on["host_seconds_in_section"] == pytest.approx(sum(in_section.values()), abs=0.005)
+    assert in_section["vad"] == pytest.approx(on["stage_seconds"]["vad"]["host"], abs=0.002)
+    assert 0 < in_section["diarization"] < on["stage_seconds"]["diarization"]["host"]
+    assert in_section["attribution"] == in_section["tables"] == 0 and in_section["asr"] == 0
     assert on["host_after_section_seconds"] > 0  # the last flight's host work, after the lock was released

@@ -35,7 +35,8 @@ class SectionStats:
     # seconds the host phase spent in model forwards: 0 unless a precomputed forward did not match what the call
     # needed (then the call ran it itself, outside the section with lever 6); the tests assert 0
     host_phase_device_s: float = 0.0
-    overlapped_host_s: float = 0.0  # host seconds run on lever 6's thread, off the device work's path
+    # per stage: host seconds run on lever 6's thread, off the device work's path
+    overlapped_host_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -45,12 +46,18 @@ class SectionStats:
         return self.device_seconds + self.host_seconds
 
     @property
+    def overlapped_host_s(self) -> float:
+        return sum(self.overlapped_host_seconds.values())
+
+    @property
     def host_in_section_s(self) -> float:
         """Host seconds on the device work's path (all of them without lever 6)."""
         return sum(self.host_seconds.values()) - self.overlapped_host_s
 
     def stage_seconds(self) -> dict[str, dict[str, float]]:
-        return {stage: {"device": round(self.device_seconds[stage], 3), "host": round(self.host_seconds[stage], 3)}
+        """Per stage: device seconds, host seconds, and of those the host seconds on the device work's path."""
+        return {stage: {"device": round(self.device_seconds[stage], 3), "host": round(self.host_seconds[stage], 3),
+                        "host_in_section": round(self.host_seconds[stage] - self.overlapped_host_seconds[stage], 3)}
                 for stage in STAGES}
 
     def add(self, stage: str, device_s: float, host_s: float) -> None:
@@ -59,6 +66,6 @@ class SectionStats:
 
     def _add(self, stage: str, device_s: float, host_s: float) -> None:
         if threading.current_thread().name.startswith(HOST_THREAD):
-            self.overlapped_host_s += host_s
+            self.overlapped_host_seconds[stage] += host_s
         self.device_seconds[stage] += device_s
         self.host_seconds[stage] += host_s
