@@ -21,9 +21,9 @@ import time
 import uuid
 
 from batch_assets.exports.formats import FORMATS
-from batch_assets.partitions import SAMPLE_PARTITION
 from batch_assets.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
-from batch_assets.storage import REPO_ROOT
+from batch_assets.settings import SettingError
+from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
 
 
 def _summary(storage, partition: str) -> str:
@@ -206,6 +206,15 @@ def export(partition: str, unit: str | None, format_: str, out: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `batch-assets` command; a setting that does not parse is one line naming it, not a traceback."""
+    try:
+        return _main(argv)
+    except SettingError as error:
+        print(f"batch-assets: {error}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="batch-assets", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="materialize all six assets for one partition and print a summary")

@@ -10,7 +10,6 @@ import dagster as dg
 from batch_assets.settings import current_settings
 
 PARTITION_FORMAT = "%Y-%m-%d"
-SAMPLE_PARTITION = "2026-01-15"
 
 
 PARTITIONS_START_DATE = current_settings().partitions_start  # BATCH_ASSETS_PARTITIONS_START

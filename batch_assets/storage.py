@@ -32,6 +32,7 @@ from batch_assets.partition_outputs import PartitionOutputs
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE_URL = str(REPO_ROOT / "sample_data" / "audio")  # the embedded default; deployments set the env
 DEFAULT_STORAGE_URL = str(REPO_ROOT / "storage")
+SAMPLE_PARTITION = "2026-01-15"  # the day of the bundled sample (DEFAULT_SOURCE_URL)
 
 
 def _join(root: str, *parts: str) -> str:

@@ -24,8 +24,7 @@ import pathlib
 import dagster as dg
 import pytest
 
-from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
 
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
 

@@ -10,8 +10,7 @@ import soundfile as sf
 
 from batch_assets.gpu.asr import Segment, apply_decoder_mode, check_decoder_mode, transcribe_segments
 from batch_assets.models.tiny_asr import build_tiny_tdt
-from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
 
 pytestmark = pytest.mark.gpu
 

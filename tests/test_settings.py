@@ -79,3 +79,12 @@ def test_run_flags_reach_the_settings_of_the_process_that_set_them(tmp_path):
     assert probe.returncode == 0, probe.stderr
     before, source, asr = probe.stdout.split()
     assert before != str(tmp_path) and (source, asr) == (str(tmp_path), "m")
+
+
+def test_the_cli_names_a_bad_setting_in_one_line():
+    env = os.environ | {"BATCH_ASSETS_EXECUTOR": "kubernetes", "BATCH_ASSETS_TORCH_THREADS": "-1"}
+    probe = subprocess.run([sys.executable, "-m", "batch_assets.cli", "show"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert probe.returncode == 2 and "Traceback" not in probe.stderr, probe.stderr
+    assert "batch-assets: BATCH_ASSETS_TORCH_THREADS=-1 is out of range" in probe.stderr
+    assert "BATCH_ASSETS_EXECUTOR='kubernetes' is not one of the choices" in probe.stderr

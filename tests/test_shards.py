@@ -16,8 +16,7 @@ import pytest
 
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.lease import LeaseHeld, PartitionLease, _exclusive_create
-from batch_assets.partitions import SAMPLE_PARTITION
-from batch_assets.storage import StorageResource
+from batch_assets.storage import SAMPLE_PARTITION, StorageResource
 
 from .conftest import (
     FLIGHTS_OF_ONE,

@@ -24,7 +24,7 @@ from pyannote.database.util import load_rttm
 from batch_assets.exports.assets import ASSET
 from batch_assets.exports.formats import FORMATS
 from batch_assets.gpu.tables import TABLE_SCHEMAS
-from batch_assets.partitions import SAMPLE_PARTITION
+from batch_assets.storage import SAMPLE_PARTITION
 
 from .conftest import make_resources, materialize_partition
 from .partition_sources import make_source
