@@ -36,7 +36,7 @@ class StorageJsonIOManager(dg.ConfigurableIOManager):
         upstream = context.upstream_output
         value = from_json(json.loads(self.storage.read_bytes(self._url(upstream))))
         if isinstance(value, dict) and (written_as := _declared_type(upstream)) in VALUE_TYPES.values():
-            return written_as.of(value)  # written untagged, by an older deploy: the type its step declares now
+            return written_as.from_json(value)  # written untagged, by an older deploy: the type its step declares now
         return value
 
 

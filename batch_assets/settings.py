@@ -210,7 +210,7 @@ class Settings:
             errors.append(str(error))
         if errors:
             raise SettingError("\n".join(errors))
-        names = {n for v in variables().values() for n in v.names} | {s.env_var for s in SWITCHES}
+        names = variable_names() | {s.env_var for s in SWITCHES}
         return cls(**values, set_variables=frozenset(n for n in names if _raw(n, environ) is not None))
 
     def resource_value(self, field: str) -> Any:
@@ -222,6 +222,11 @@ class Settings:
 def variables() -> dict[str, Variable]:
     """Each `Settings` field read from one variable (or a list of them, the first set wins) -> how it is read."""
     return {f.name: f.metadata["variable"] for f in dataclasses.fields(Settings) if "variable" in f.metadata}
+
+
+def variable_names() -> set[str]:
+    """Every variable a `Settings` field is read from (the switches' aside)."""
+    return {name for variable in variables().values() for name in variable.names}
 
 
 @functools.cache

@@ -26,11 +26,11 @@ def test_values_round_trip_through_json_as_their_types():
 def test_an_older_deploys_plain_dicts_read_as_the_types():
     old_spec = {"partition": "2026-01-15", "shard": 1, "shards": 2, "flights": ["flight-0002"], "audio_s": 61.5,
                 "units": None}  # before shard_flights: only its own flights known
-    assert ShardSpec.of(old_spec).shard_flights == [[], ["flight-0002"]]
+    assert ShardSpec.from_json(old_spec).shard_flights == [[], ["flight-0002"]]
     old_report = {"partition": "2026-01-15", "shard": "finish", "flights": ["flight-0002"], "units": None,
                   "audio_s": 61.5, "resumed_flights": [], "run_id": "r1", "switches": {}, "processed_flights": [],
                   "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
-    report = ShardReport.of(old_report)
+    report = ShardReport.from_json(old_report)
     assert (report.shards, report.taken_over, report.shard) == (1, [], "finish")
 
 

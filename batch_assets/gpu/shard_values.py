@@ -3,9 +3,9 @@
 `plan_gpu_shards` yields one `ShardSpec` per shard; each `gpu_shard` step returns a `ShardReport`; the
 assembly reads them all. They travel between steps (pods, on Kubernetes) as JSON in the project's storage
 (`io_manager.py`), tagged with their type, and are read back as the same dataclasses. A value written by an
-older deploy (a run re-executed across one) is read back as a plain dict, which `of` turns into the dataclass:
-the IO manager does so by the type the writing step declares for its output, so the shard step's spec and each
-of the assembly's reports arrive typed.
+older deploy (a run re-executed across one) is read back as a plain dict, which `from_json` turns into the
+dataclass: the IO manager does so by the type the writing step declares for its output, so the shard step's
+spec and each of the assembly's reports arrive typed.
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ class ShardSpec:
     shard_flights: list[list[str]]
     audio_s: float
     units: list[str] | None  # a `units` rerun's unit ids; None: the whole partition
-
-    @classmethod
-    def of(cls, value: ShardSpec | dict[str, Any]) -> ShardSpec:
-        return value if isinstance(value, cls) else cls.from_json(value)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardSpec:
@@ -62,10 +58,6 @@ class ShardReport:
     model_load_seconds: float | None = None
     step_peak_rss_mib: float | None = None
     device: str | None = None
-
-    @classmethod
-    def of(cls, value: ShardReport | dict[str, Any]) -> ShardReport:
-        return value if isinstance(value, cls) else cls.from_json(value)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardReport:
