@@ -19,6 +19,9 @@ fails naming the holder.
 Hardened edges:
 - a record is written durably (the file, then its folder, fsynced locally) and read back after its
   creation: a writer whose record is not the one that landed (a store that ignores `If-None-Match`) lost;
+- a record is read in one whole GET, so a renewal landing while another writer reads it is never a
+  failure of that reader (s3fs's `open` sends a HEAD, then a ranged GET that fails once the object changed);
+- a background renewal that fails is retried at the next tick and logged when the block ends;
 - a record that cannot be read (empty or cut short: what a crash can leave) counts as held while its
   file is younger than the ttl, and as expired (logged) once it is older: it never blocks a partition
   for ever;
@@ -111,6 +114,7 @@ class PartitionLease:
         self.generation: int | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self.missed_renewals: list[str] = []  # the background renewals that failed (logged when the block ends)
 
     @staticmethod
     def _name(generation: int) -> str:
@@ -131,8 +135,7 @@ class PartitionLease:
             return 0, None
         generation = int(posixpath.basename(names[-1])[4:10])
         try:
-            with self.fs.open(names[-1], "rb") as handle:
-                record = json.loads(handle.read())
+            record = json.loads(self.fs.cat_file(names[-1]))  # one GET, not a HEAD then a ranged GET
             if not isinstance(record, dict) or not {"holder", "expires_unix", "released"} <= record.keys():
                 raise ValueError("not a lease record")
             return generation, record
@@ -252,8 +255,10 @@ class PartitionLease:
 
     def _renew_forever(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
-            with contextlib.suppress(Exception):  # a missed renewal is retried; the ttl covers two misses
+            try:
                 self.renew()
+            except Exception as error:  # a missed renewal is retried; the ttl covers two misses
+                self.missed_renewals.append(f"{type(error).__name__}: {str(error)[:160]}")
 
     @contextlib.contextmanager
     def held(self, wait_s: float = 0.0, log: Callable[[str], object] = print, release: bool = True,
@@ -275,3 +280,7 @@ class PartitionLease:
             else:
                 self._stop.set()
                 self._renewer.join()
+            if self.missed_renewals:  # logged from this thread: a step's logger is not the renewer's to call
+                log(f"partition {self.partition}: {len(self.missed_renewals)} renewal(s) of the lease failed and were "
+                    f"retried (last: {self.missed_renewals[-1]}); a lease not renewed within its ttl of "
+                    f"{self.ttl_s:.0f} s can be taken over")

@@ -178,15 +178,14 @@ class StorageResource(dg.ConfigurableResource):
         return self.read_array(url)
 
     def read_array(self, url: str) -> np.ndarray:
-        fs, path = self.filesystem(url)
-        with fs.open(path, "rb") as handle:
-            return np.load(io.BytesIO(handle.read()), allow_pickle=False)
+        return np.load(io.BytesIO(self.read_bytes(url)), allow_pickle=False)
 
     def read_bytes(self, url: str) -> bytes:
-        """A whole file's bytes (FileNotFoundError when it does not exist)."""
+        """A whole file's bytes (FileNotFoundError when it does not exist), in one request on an object store: one
+        version of the object, even while another writer replaces it (s3fs's `open` sends a HEAD, then ranged GETs
+        that fail with FileExpired once the object changed)."""
         fs, path = self.filesystem(url)
-        with fs.open(path, "rb") as handle:
-            return handle.read()
+        return fs.cat_file(path)
 
     def write_bytes(self, url: str, data: bytes) -> None:
         """Replace the file whole, so readers never see half of it.

@@ -5,7 +5,9 @@ Content-Length), except object GETs whose key contains a marker: `flaky` fails t
 GETs of each such key with a 500 InternalError, `broken` always fails; and writes (PUT, POST, DELETE) to a
 bucket in `read_only_buckets`, or to a key under one of `read_only_prefixes` ("bucket/prefix/"), which get
 403 AccessDenied as an IAM policy would answer. Listing and HEAD
-requests are never faulted. This exercises the real s3fs/botocore stack and our own retries over real HTTP.
+requests are never faulted. `before_get`, when set, is called with each object GET's key before the GET is
+forwarded (a test replaces the object there: another writer landing between a reader's requests). This
+exercises the real s3fs/botocore stack and our own retries over real HTTP.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import http.server
 import logging
 import threading
 import urllib.parse
+from collections.abc import Callable
 
 from moto.server import ThreadedMotoServer
 
@@ -37,6 +40,7 @@ class FaultProxy:
         self.read_only_prefixes: set[str] = set()
         self.ignore_if_none_match = False  # a store that does not honour conditional writes (drops If-None-Match)
         self.denied = 0
+        self.before_get: Callable[[str], object] | None = None
         self.failures: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         proxy = self
@@ -86,6 +90,8 @@ class FaultProxy:
                 if self._should_fail():
                     self._answer(500, ERROR_BODY)
                     return
+                if self.command == "GET" and proxy.before_get is not None:
+                    proxy.before_get(urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/")))
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
                 dropped = {"host"} | ({"if-none-match"} if proxy.ignore_if_none_match else set())
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}

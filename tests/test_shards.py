@@ -6,11 +6,13 @@ filesystem and over S3 (moto). The kill -9 and re-execution cases run end to end
 
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -96,11 +98,11 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
         s3.client().create_bucket(Bucket="leases")
         storage = StorageResource(storage_url="s3://leases/out", s3_endpoint_url=s3.endpoint, s3_region="us-east-1",
                                   s3_access_key_id="testing", s3_secret_access_key="testing")
-        first = PartitionLease(storage, P, holder="run-a", ttl_s=2.0)
-        second = PartitionLease(storage, P, holder="run-b", ttl_s=2.0)
+        first = PartitionLease(storage, P, holder="run-a", ttl_s=6.0)
+        second = PartitionLease(storage, P, holder="run-b", ttl_s=6.0)
         with first.held():
             with pytest.raises(LeaseHeld, match="being written by run run-a"):
-                second.acquire(wait_s=3.0, poll_s=0.5)  # run-a renews every ttl/3: its lease never expires while held
+                second.acquire(wait_s=7.0, poll_s=1.0)  # run-a renews every ttl/3: its lease never expires while held
         second.acquire(wait_s=0.0)  # released: free at once
         assert second.generation == 2
         # a finished holder (known to the instance) frees its lease at once, however long its ttl
@@ -114,6 +116,60 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
         str(tmp_path / ".leases" / "race" / "gen-000001.json"))
     assert _exclusive_create(fs, path, b"{}") and not _exclusive_create(fs, path, b"{}")
     assert sorted(p.name for p in (tmp_path / ".leases" / "race").iterdir()) == ["gen-000001.json"]  # no temporary left
+
+
+def test_a_waiting_writer_reads_a_lease_renewed_under_it(tmp_path):
+    """The holder's renewal can land between a waiting writer's requests: the waiter reads the record whole (one
+    GET), never half of one version and half of the next (s3fs's HEAD then ranged GET raised FileExpired there)."""
+    with S3Server() as s3:
+        s3.client().create_bucket(Bucket="renewals")  # moto keeps its buckets for the process
+        at = {"storage_url": "s3://renewals/out", "s3_region": "us-east-1", "s3_access_key_id": "testing",
+              "s3_secret_access_key": "testing"}
+        holder = PartitionLease(StorageResource(**at, s3_endpoint_url=s3.endpoint), P, holder="run-a")
+        waiter = PartitionLease(StorageResource(**at, s3_endpoint_url=s3.faulty_endpoint), P, holder="run-b")
+        holder.acquire()
+        renewed = []
+
+        def renew_once(key: str) -> None:
+            if "/.leases/" in key and not renewed:
+                renewed.append(key)
+                holder.renew()  # a new version of the record (a later expiry), so a new ETag
+        s3.proxy.before_get = renew_once
+        with pytest.raises(LeaseHeld, match="being written by run run-a"):
+            waiter.acquire(wait_s=0.0)
+        assert renewed == [f"renewals/out/.leases/{P}/gen-000001.json"]
+        holder.release()
+        waiter.acquire(wait_s=0.0)
+        assert waiter.generation == 2
+
+
+def test_a_failed_renewal_is_retried_and_logged(tmp_path):
+    with S3Server() as s3:
+        s3.client().create_bucket(Bucket="renewals-denied")  # moto keeps its buckets for the process
+        storage = StorageResource(storage_url="s3://renewals-denied/out", s3_endpoint_url=s3.faulty_endpoint,
+                                  s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing")
+        record = f"s3://renewals-denied/out/.leases/{P}/gen-000001.json"
+        lease, logged = PartitionLease(storage, P, holder="run-a", ttl_s=0.6), []
+
+        def expiry() -> float:
+            return json.loads(storage.read_bytes(record))["expires_unix"]
+
+        def soon(condition) -> bool:  # renewals every 0.2 s; a loaded machine gets 20 s
+            deadline = time.monotonic() + 20
+            while not condition() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return condition()
+        with lease.held(log=logged.append):
+            s3.proxy.read_only_prefixes.add("renewals-denied/out/.leases/")  # every renewal's PUT is refused
+            try:
+                assert soon(lambda: len(lease.missed_renewals) >= 2)
+                assert not logged  # kept for the end of the block: a step's logger is not called from the renewer
+                refused_at = expiry()
+            finally:
+                s3.proxy.read_only_prefixes.clear()
+            assert soon(lambda: expiry() > refused_at)  # retried, and renewed once the store took writes
+        assert len(logged) == 1 and "renewal(s) of the lease failed and were retried" in logged[0]
+        assert "PermissionError" in logged[0]
 
 
 def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
