@@ -9,8 +9,9 @@ same values from the same environment. A value that does not parse, or lies outs
 with an error naming every such variable, what it held and what it accepts: a typo in a deployment must never
 silently mean something else (`0` runs per backfill, `yes` for a schedule that then stays off). String settings of
 resources (URLs, model names, the device) become `dg.EnvVar`s when set (`Settings.resource_value`), so the UI shows
-where a value came from and each run resolves it from its own environment. `batch-assets run`'s flags set variables,
-then `reload_settings()`; nothing else changes the settings of a running process.
+where a value came from and each run resolves it from its own environment; one with spaces around it goes in as
+the stripped value these settings read, since the `dg.EnvVar` would resolve the raw one. `batch-assets run`'s flags
+set variables, then `reload_settings()`; nothing else changes the settings of a running process.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ class Settings:
                               "`multiprocess`", "`k8s`: one pod per step")
     switch_defaults: Mapping[str, bool]  # each switch's deployment default (`switches.SWITCHES`), read-only
     set_variables: frozenset[str] = dataclasses.field(default=frozenset(), repr=False)  # those set, not empty
+    padded_variables: frozenset[str] = dataclasses.field(default=frozenset(), repr=False)  # set, with spaces around
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -211,12 +213,15 @@ class Settings:
         if errors:
             raise SettingError("\n".join(errors))
         names = variable_names() | {s.env_var for s in SWITCHES}
-        return cls(**values, set_variables=frozenset(n for n in names if _raw(n, environ) is not None))
+        set_ = frozenset(n for n in names if _raw(n, environ) is not None)
+        padded = frozenset(n for n in set_ if environ[n] != _raw(n, environ))
+        return cls(**values, set_variables=set_, padded_variables=padded)
 
     def resource_value(self, field: str) -> Any:
-        """A resource field's source: `dg.EnvVar` of the first of its variables that is set, else the default."""
+        """A resource field's source: `dg.EnvVar` of the first of its variables that is set, else the value read (the
+        default; or the stripped value of a variable with spaces around it, which the `dg.EnvVar` would pass raw)."""
         name = next((n for n in variables()[field].names if n in self.set_variables), None)
-        return dg.EnvVar(name) if name is not None else getattr(self, field)
+        return dg.EnvVar(name) if name is not None and name not in self.padded_variables else getattr(self, field)
 
 
 def variables() -> dict[str, Variable]:

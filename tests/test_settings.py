@@ -59,6 +59,16 @@ def test_resource_strings_come_from_their_variable_when_set():
     assert unset["storage"].source_url == Settings.from_env({}).source_url and unset["baseline"].storage_url == ""
 
 
+def test_a_padded_value_reaches_the_resource_as_the_settings_read_it():
+    """Settings drop a value's surrounding spaces; a `dg.EnvVar` would hand the step the raw value (`"cuda "`, a
+    storage URL ending in a space): such a variable goes to its resource as the stripped value."""
+    environ = {"BATCH_ASSETS_DEVICE": "cpu ", "BATCH_ASSETS_STORAGE_URL": " s3://b/out", "AWS_REGION": "eu"}
+    settings = Settings.from_env(environ)
+    resources = build_resources(settings)
+    assert resources["gpu"].device == "cpu" and resources["storage"].storage_url == "s3://b/out"
+    assert resources["storage"].s3_region.env_var_name == "AWS_REGION"  # unpadded: still shown as its variable
+
+
 def test_each_run_flag_sets_a_settings_variable():
     ours = variable_names()
     assert {variable for _, variable, _, _ in RUN_SETTINGS} <= ours
