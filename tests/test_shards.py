@@ -69,7 +69,7 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
         from batch_assets.lease import PartitionLease
         from batch_assets.storage import StorageResource
         lease = PartitionLease(StorageResource(storage_url={str(storage.storage_url)!r}), {P!r},
-                               holder="other-run", ttl_s=3)
+                               holder="other-run", ttl_s=6)
         with lease.held():
             print("held", flush=True)
             time.sleep(600)
@@ -84,7 +84,7 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
         assert f"partition {P} is being written by run other-run" in failure
         assert not (tmp_path / "storage" / "fetched_audio").exists()
     finally:
-        holder.send_signal(signal.SIGKILL)  # the holder dies without releasing: its lease expires (ttl 3 s)
+        holder.send_signal(signal.SIGKILL)  # the holder dies without releasing: its lease expires (ttl 6 s)
         holder.wait()
     config = {"ops": {"fetched_audio": {"config": {"lease_wait_seconds": 60.0}}}}
     result = materialize_partition(resources, run_config=config)
