@@ -135,7 +135,7 @@ class PartitionLease:
             return 0, None
         generation = int(posixpath.basename(names[-1])[4:10])
         try:
-            record = json.loads(self.fs.cat_file(names[-1]))  # one GET, not a HEAD then a ranged GET
+            record = json.loads(self.storage.read_bytes(self._storage_url(generation)))  # one GET (read_bytes)
             if not isinstance(record, dict) or not {"holder", "expires_unix", "released"} <= record.keys():
                 raise ValueError("not a lease record")
             return generation, record
@@ -250,7 +250,7 @@ class PartitionLease:
                 remove_path(self.fs, self._path(old))
 
     def _storage_url(self, generation: int) -> str:
-        """The record's URL, for the storage's atomic `write_bytes` (renewal, release)."""
+        """The record's URL, for the storage's one-GET `read_bytes` and atomic `write_bytes` (renewal, release)."""
         return posixpath.join(self.url, self._name(generation))
 
     def _renew_forever(self) -> None:
@@ -268,6 +268,7 @@ class PartitionLease:
         (steps that run beside siblings of the same run keep it for them and for their own retry)."""
         self.acquire(wait_s, log)
         self._stop.clear()
+        self.missed_renewals.clear()  # this block's, logged when it ends
         self._renewer = threading.Thread(target=self._renew_forever, daemon=True, name=f"lease-{self.partition}")
         self._renewer.start()
         succeeded = False

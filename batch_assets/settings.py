@@ -212,10 +212,10 @@ class Settings:
             errors.append(str(error))
         if errors:
             raise SettingError("\n".join(errors))
-        names = variable_names() | {s.env_var for s in SWITCHES}
-        set_ = frozenset(n for n in names if _raw(n, environ) is not None)
-        padded = frozenset(n for n in set_ if environ[n] != _raw(n, environ))
-        return cls(**values, set_variables=set_, padded_variables=padded)
+        stripped = {n: _raw(n, environ) for n in variable_names() | {s.env_var for s in SWITCHES}}
+        set_ = {n: value for n, value in stripped.items() if value is not None}
+        return cls(**values, set_variables=frozenset(set_),
+                   padded_variables=frozenset(n for n, value in set_.items() if environ[n] != value))
 
     def resource_value(self, field: str) -> Any:
         """A resource field's source: `dg.EnvVar` of the first of its variables that is set, else the value read (the

@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from moto.server import ThreadedMotoServer
 
+from batch_assets.storage import StorageResource
+
 ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
     b"<Message>injected by the test proxy</Message></Error>"
@@ -66,8 +68,12 @@ class FaultProxy:
                             return True
                 return False
 
+            def _key(self) -> str:
+                """The request's "bucket/key"."""
+                return urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
+
             def _denied(self) -> bool:
-                key = urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/"))
+                key = self._key()
                 return self.command in ("PUT", "POST", "DELETE") and (
                     key.split("/")[0] in proxy.read_only_buckets
                     or any(key.startswith(p) for p in proxy.read_only_prefixes))
@@ -91,7 +97,7 @@ class FaultProxy:
                     self._answer(500, ERROR_BODY)
                     return
                 if self.command == "GET" and proxy.before_get is not None:
-                    proxy.before_get(urllib.parse.unquote(urllib.parse.urlparse(self.path).path.lstrip("/")))
+                    proxy.before_get(self._key())
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
                 dropped = {"host"} | ({"if-none-match"} if proxy.ignore_if_none_match else set())
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
@@ -151,6 +157,13 @@ class S3Server:
     @property
     def faulty_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.proxy.port}"
+
+    def storage(self, bucket: str, faulty: bool = False) -> StorageResource:
+        """Output storage `s3://{bucket}/out`, direct or through the fault proxy (moto's state is shared by every
+        server of the process: a bucket per test)."""
+        return StorageResource(storage_url=f"s3://{bucket}/out", s3_region="us-east-1", s3_access_key_id="testing",
+                               s3_secret_access_key="testing",
+                               s3_endpoint_url=self.faulty_endpoint if faulty else self.endpoint)
 
     def client(self):
         import boto3

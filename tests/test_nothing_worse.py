@@ -306,11 +306,6 @@ def by_unit_suffix(by_unit: dict, prefix: str) -> str:
 
 # -- the lease's edges ------------------------------------------------------------------------------------------
 
-def _s3_out(s3: S3Server, endpoint: str, bucket: str) -> StorageResource:
-    """Output storage in `bucket` (moto's state is shared by every server of the process: a bucket per test)."""
-    return StorageResource(storage_url=f"s3://{bucket}/out", s3_endpoint_url=endpoint, s3_region="us-east-1",
-                           s3_access_key_id="testing", s3_secret_access_key="testing")
-
 
 def test_an_unreadable_lease_record_expires_with_its_ttl(tmp_path):
     """Finding 6a. Before: an empty newest record (a crash before the record reached the disk) blocked its partition
@@ -335,7 +330,7 @@ def test_an_unreadable_lease_record_expires_with_its_ttl(tmp_path):
         s3.client().create_bucket(Bucket="unreadable-lease")
         s3.client().put_object(Bucket="unreadable-lease", Key=f"out/.leases/{COLD_DAY}/gen-000001.json",
                                Body=b"{\"holder\": ")
-        lease = PartitionLease(_s3_out(s3, s3.endpoint, "unreadable-lease"), COLD_DAY, holder="run-b", ttl_s=1.0)
+        lease = PartitionLease(s3.storage("unreadable-lease"), COLD_DAY, holder="run-b", ttl_s=1.0)
         time.sleep(1.5)
         lease.acquire(wait_s=0, log=logged.append)
         assert lease.generation == 2 and "unreadable" in logged[-1]
@@ -348,11 +343,11 @@ def test_a_store_that_ignores_if_none_match_lets_only_one_writer_on(tmp_path):
 
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="racing-leases")
-        honoured = [PartitionLease(_s3_out(s3, s3.endpoint, "racing-leases"), COLD_DAY, holder=h)
+        honoured = [PartitionLease(s3.storage("racing-leases"), COLD_DAY, holder=h)
                     for h in ("run-a", "run-b")]
         assert honoured[0]._claim(1) and not honoured[1]._claim(1)  # a store that honours it: one winner
         s3.proxy.ignore_if_none_match = True
-        first, second = (PartitionLease(_s3_out(s3, s3.faulty_endpoint, "racing-leases"), FIRST_DAY, holder=h)
+        first, second = (PartitionLease(s3.storage("racing-leases", faulty=True), FIRST_DAY, holder=h)
                          for h in ("run-a", "run-b"))
         assert first._claim(1)  # both listed generation 0 as free, then both created generation 1:
         assert second._claim(1)  # the store let the second replace the first's record

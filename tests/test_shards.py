@@ -96,8 +96,7 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
 def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="leases")
-        storage = StorageResource(storage_url="s3://leases/out", s3_endpoint_url=s3.endpoint, s3_region="us-east-1",
-                                  s3_access_key_id="testing", s3_secret_access_key="testing")
+        storage = s3.storage("leases")
         first = PartitionLease(storage, P, holder="run-a", ttl_s=6.0)
         second = PartitionLease(storage, P, holder="run-b", ttl_s=6.0)
         with first.held():
@@ -123,10 +122,8 @@ def test_a_waiting_writer_reads_a_lease_renewed_under_it(tmp_path):
     GET), never half of one version and half of the next (s3fs's HEAD then ranged GET raised FileExpired there)."""
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="renewals")  # moto keeps its buckets for the process
-        at = {"storage_url": "s3://renewals/out", "s3_region": "us-east-1", "s3_access_key_id": "testing",
-              "s3_secret_access_key": "testing"}
-        holder = PartitionLease(StorageResource(**at, s3_endpoint_url=s3.endpoint), P, holder="run-a")
-        waiter = PartitionLease(StorageResource(**at, s3_endpoint_url=s3.faulty_endpoint), P, holder="run-b")
+        holder = PartitionLease(s3.storage("renewals"), P, holder="run-a")
+        waiter = PartitionLease(s3.storage("renewals", faulty=True), P, holder="run-b")
         holder.acquire()
         renewed = []
 
@@ -146,8 +143,7 @@ def test_a_waiting_writer_reads_a_lease_renewed_under_it(tmp_path):
 def test_a_failed_renewal_is_retried_and_logged(tmp_path):
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="renewals-denied")  # moto keeps its buckets for the process
-        storage = StorageResource(storage_url="s3://renewals-denied/out", s3_endpoint_url=s3.faulty_endpoint,
-                                  s3_region="us-east-1", s3_access_key_id="testing", s3_secret_access_key="testing")
+        storage = s3.storage("renewals-denied", faulty=True)
         record = f"s3://renewals-denied/out/.leases/{P}/gen-000001.json"
         lease, logged = PartitionLease(storage, P, holder="run-a", ttl_s=0.6), []
 
