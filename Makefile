@@ -25,7 +25,7 @@ test: setup lint
 test-fast: setup lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not e2e and not slow and not gpu"
 
-# dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli.py: dev)
+# dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli/commands.py: dev)
 DEV_PORT ?= 3000
 dev: setup
 	$(PY) -m batch_assets.cli dev --host 127.0.0.1 --port $(DEV_PORT)

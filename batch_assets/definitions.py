@@ -6,17 +6,17 @@ webserver, the daemon and every step process do) takes a couple of seconds.
 
 import dagster as dg
 
-from batch_assets.dead_runs import free_dead_runs_sensor
-from batch_assets.executor import executor_for
 from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.resources import GpuResource
-from batch_assets.io_manager import StorageJsonIOManager
-from batch_assets.jobs import all_assets, transcribe_partition_job
-from batch_assets.schedules import daily_transcription_schedule
+from batch_assets.orchestration.dead_runs import free_dead_runs_sensor
+from batch_assets.orchestration.executor import executor_for
+from batch_assets.orchestration.io_manager import StorageJsonIOManager
+from batch_assets.orchestration.jobs import all_assets, transcribe_partition_job
+from batch_assets.orchestration.schedules import daily_transcription_schedule
 from batch_assets.settings import Settings, current_settings
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 STORAGE_FIELDS = ("source_url", "storage_url", "s3_endpoint_url", "s3_region")  # StorageResource's, in Settings
 

@@ -29,7 +29,7 @@ import dagster as dg
 
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
 from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
-from batch_assets.storage import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL
+from batch_assets.storage.resource import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL
 from batch_assets.switches import SWITCHES
 
 

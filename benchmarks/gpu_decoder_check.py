@@ -1,10 +1,11 @@
 """Lever 3 on a real GPU: NeMo TDT greedy decoding with and without CUDA graphs, asserted and compared.
 
-Runs the project's own decoder-mode code (`batch_assets.gpu.asr`) on the tiny TDT model placed on the
-device: graphs on (the decoder must be in a graphs mode and have captured a graph after the call),
-graphs off (no graphs mode), graphs on again, identical words and word times across modes, and two
-ways of changing the decoder behind the section's back (a real `change_decoding_strategy` call, and
-NeMo's runtime `disable_cuda_graphs()`), each of which must be caught. Prints a JSON report.
+Runs the project's own decoder-mode code (`batch_assets.gpu.asr`, through `batch_assets.gpu.decoder_check`,
+which the `gpu` test uses too) on the tiny TDT model placed on the device: graphs on (the decoder must be in a
+graphs mode and have captured a graph after the call), graphs off (no graphs mode), graphs on again, identical
+words and word times across modes, and two ways of changing the decoder behind the section's back (a real
+`change_decoding_strategy` call, and NeMo's runtime `disable_cuda_graphs()`), each of which must be caught.
+Prints a JSON report.
 
     python benchmarks/gpu_decoder_check.py [--device cuda] [--out report.json]
 """
@@ -15,62 +16,14 @@ import argparse
 import copy
 import pathlib
 import sys
-import time
 
-import numpy as np
-import soundfile as sf
-
-from batch_assets.gpu.asr import (
-    DecoderModeError,
-    Segment,
-    apply_decoder_mode,
-    check_decoder_mode,
-    observe_decoder,
-    transcribe_segments,
-)
+from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode, check_decoder_mode
+from batch_assets.gpu.decoder_check import decode_in_mode, folder_audio, segments_of, word_key
 from batch_assets.models.tiny_asr import build_tiny_tdt
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from report import cuda_peak_mib, emit  # noqa: E402
-
-
-def load_audio() -> dict[str, np.ndarray]:
-    audio = {}
-    for path in sorted((REPO / "sample_data" / "audio").rglob("*")):
-        if path.suffix in (".wav", ".flac", ".ogg"):
-            samples, rate = sf.read(path, dtype="float32", always_2d=True)
-            assert rate == 16000
-            audio[path.stem] = samples.mean(axis=1)
-    return audio
-
-
-def segments_of(audio: dict[str, np.ndarray], seconds: float) -> list[Segment]:
-    out = []
-    for uid, samples in audio.items():
-        duration = len(samples) / 16000
-        start = 0.0
-        while start < duration - 1.0:
-            out.append(Segment(uid, start, min(duration, start + seconds)))
-            start += seconds
-    return out
-
-
-def run(model, device, enabled, audio, segments, batch, settings):
-    settings = apply_decoder_mode(model, enabled, settings)
-    before = check_decoder_mode(model, device, enabled, "before")
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    words = transcribe_segments(model, audio, segments, batch)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    after = check_decoder_mode(model, device, enabled, "after")
-    return settings, words, {"enabled": enabled, "before": before, "after": after, "seconds": round(seconds, 3),
-                             "words": len(words), "observed": observe_decoder(model, device).describe()}
 
 
 def main() -> None:
@@ -86,17 +39,16 @@ def main() -> None:
     if device.type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(device)
     model = build_tiny_tdt(seed=20260115).to(device).eval()
-    audio = load_audio()
+    audio = folder_audio(REPO / "sample_data" / "audio")
     segments = segments_of(audio, 10.0)
     report["segments"] = len(segments)
     settings = None
     runs, words = [], {}
     for label, enabled in (("on", True), ("off", False), ("on_again", True), ("off_again", False)):
-        settings, words[label], info = run(model, device, enabled, audio, segments, args.batch, settings)
+        settings, words[label], info = decode_in_mode(model, device, enabled, audio, segments, args.batch, settings)
         runs.append(info | {"run": label})
     report["runs"] = runs
-    key = lambda ws: [(w.unit_id, w.start_s, w.end_s, w.word) for w in ws]  # noqa: E731
-    report["identical_words_across_modes"] = all(key(words[k]) == key(words["on"]) for k in words)
+    report["identical_words_across_modes"] = all(word_key(words[k]) == word_key(words["on"]) for k in words)
 
     caught = {}
     decoding = copy.deepcopy(model.cfg.decoding)

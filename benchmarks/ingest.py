@@ -49,7 +49,7 @@ def child(source: str, storage: str) -> None:
     import dagster as dg
 
     from batch_assets.ingest.assets import fetched_audio, prepared_flights
-    from batch_assets.storage import StorageResource
+    from batch_assets.storage.resource import StorageResource
 
     resources = {"storage": StorageResource(source_url=source, storage_url=storage)}
     timings = {}

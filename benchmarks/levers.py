@@ -74,7 +74,7 @@ PRESETS = {
 
 def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silent_share: float, seed: int) -> float:
     from batch_assets.audio.decode import to_target
-    from batch_assets.long_audio import sample_audio_paths
+    from batch_assets.long_units.long_audio import sample_audio_paths
 
     rng = np.random.default_rng(seed)
     speech = []
@@ -126,8 +126,8 @@ def main() -> None:
     from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import gate
     from batch_assets.gpu.resources import GpuResource
-    from batch_assets.io_manager import StorageJsonIOManager
-    from batch_assets.storage import StorageResource
+    from batch_assets.orchestration.io_manager import StorageJsonIOManager
+    from batch_assets.storage.resource import StorageResource
 
     preset = PRESETS[args.models, args.preset] | ({"units": args.units} if args.units else {})
     variants = args.variants.split(",") if args.variants else preset["variants"]

@@ -1,8 +1,8 @@
 """Long units: wall seconds, peak memory and speaker consistency per recording length, on the real pipeline.
 
 For each length (default 0.5, 1, 2, 4 and 8 hours) a recording is built from the sample's synthetic dialogues
-(`batch_assets/long_audio.py`: 4 known voices, every turn known), written as FLAC into a partition of its own,
-and the partition is materialized (`fetched_audio`, `prepared_flights`, the GPU section) in a fresh process, so
+(`batch_assets/long_units/long_audio.py`: 4 known voices, every turn known), written as FLAC into a partition of its
+own, and the partition is materialized (`fetched_audio`, `prepared_flights`, the GPU section) in a fresh process, so
 that its peak RSS is the length's own. Reported per length: wall seconds of the run, the GPU step's peak RSS (the
 run's process: the in-process executor runs every step in it, so this bounds the GPU step from above), windows,
 speakers found against the true 4, DER (pyannote.metrics, no collar) and the share of words whose speaker is
@@ -31,7 +31,7 @@ def build(hours: float, folder: pathlib.Path, seed: int) -> None:
     """Write one long recording and its truth (run in a process of its own: the whole recording is in memory)."""
     import soundfile as sf
 
-    from batch_assets.long_audio import long_recording
+    from batch_assets.long_units.long_audio import long_recording
 
     audio, turns = long_recording(hours * 3600, seed)
     target = folder / "source" / PARTITION / "long" / f"recording_{hours:g}h.flac"
@@ -44,7 +44,7 @@ def build_short(folder: pathlib.Path) -> None:
     """The same dialogues as short units: each sample dialogue a unit of its own."""
     import soundfile as sf
 
-    from batch_assets.long_audio import sample_dialogues
+    from batch_assets.long_units.long_audio import sample_dialogues
 
     truth = {}
     for i, dialogue in enumerate(sample_dialogues()):
@@ -68,8 +68,8 @@ def measure(folder: pathlib.Path, threads: int) -> dict:
 
     from batch_assets.definitions import all_assets
     from batch_assets.gpu.resources import GpuResource
-    from batch_assets.io_manager import StorageJsonIOManager
-    from batch_assets.storage import StorageResource
+    from batch_assets.orchestration.io_manager import StorageJsonIOManager
+    from batch_assets.storage.resource import StorageResource
 
     storage = StorageResource(source_url=str(folder / "source"), storage_url=str(folder / "storage"))
     assets = [a for a in all_assets

@@ -31,7 +31,7 @@ PARTITION = "2026-02-01"
 DRIVER = textwrap.dedent("""
     import json, sys
     import dagster as dg
-    from batch_assets.cli import transcribe_partition_job
+    from batch_assets.cli.commands import transcribe_partition_job
     instance = dg.DagsterInstance.get()
     run_config = json.loads(sys.argv[2])
     if len(sys.argv) > 3:  # re-execute a failed run from failure
@@ -49,7 +49,7 @@ def make_partition(root: pathlib.Path, hours: float) -> float:
     """Tile the sample's units (silence excluded) into `hours` of audio; returns the audio seconds."""
     import soundfile as sf
 
-    from batch_assets.long_audio import sample_audio_paths
+    from batch_assets.long_units.long_audio import sample_audio_paths
 
     units = [p for p in sample_audio_paths(speech_only=True) if SAMPLE in p.parents]
     durations = {p: sf.info(str(p)).duration for p in units}

@@ -24,7 +24,7 @@ import torch
 from batch_assets.gpu.asr import Segment, apply_decoder_mode, transcribe_segments
 from batch_assets.models.loaders import load_asr_model
 from batch_assets.models.names import TINY_TDT
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"
 

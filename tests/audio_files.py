@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import soundfile as sf
 
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 SPEECH = REPO_ROOT / "sample_data" / "audio" / "2026-01-15" / "meetings" / "standup.wav"
 

@@ -24,7 +24,7 @@ import pathlib
 import dagster as dg
 import pytest
 
-from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
 
@@ -55,8 +55,8 @@ def lock_dir(tmp_path_factory) -> pathlib.Path:
 def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: pathlib.Path = SAMPLE_SOURCE) -> dict:
     from batch_assets.gate.checks import BaselineResource
     from batch_assets.gpu.resources import GpuResource
-    from batch_assets.io_manager import StorageJsonIOManager
-    from batch_assets.storage import StorageResource
+    from batch_assets.orchestration.io_manager import StorageJsonIOManager
+    from batch_assets.storage.resource import StorageResource
 
     storage = StorageResource(source_url=str(source), storage_url=str(storage_root))
     return {

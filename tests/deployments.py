@@ -27,7 +27,7 @@ from collections.abc import Callable
 import dagster as dg
 import yaml
 
-from batch_assets.storage import REPO_ROOT, StorageResource
+from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 ISOLATED = pathlib.Path(__file__).resolve().parent / "isolated"
 VALUES = yaml.safe_load((REPO_ROOT / "k8s" / "values.yaml").read_text())
@@ -111,7 +111,7 @@ class Deployment:
         with self.instance() as instance:
             [dead] = [r for r in instance.get_runs(limit=1)]
             assert dead.status == dg.DagsterRunStatus.STARTED, dead.status
-            instance.report_run_failed(dead)  # what run monitoring (or batch_assets.dead_runs) does
+            instance.report_run_failed(dead)  # what run monitoring (or batch_assets.orchestration.dead_runs) does
             instance.event_log_storage.free_concurrency_slots_for_run(dead.run_id)
             return dead.run_id
 

@@ -12,7 +12,7 @@ import time
 
 import dagster as dg
 
-from batch_assets.cli import transcribe_partition_job
+from batch_assets.cli.commands import transcribe_partition_job
 
 
 def main(args: dict) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 
-from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / SAMPLE_PARTITION
 

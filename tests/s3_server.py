@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from moto.server import ThreadedMotoServer
 
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'

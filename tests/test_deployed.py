@@ -21,7 +21,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from batch_assets.storage import SAMPLE_PARTITION
+from batch_assets.storage.resource import SAMPLE_PARTITION
 
 from . import deployments
 from .conftest import FLIGHTS_OF_ONE, SAMPLE_SOURCE, assert_same_results, tables_of

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 from .servers import free_port, wait_for_webserver
 

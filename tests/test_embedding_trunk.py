@@ -17,7 +17,7 @@ from batch_assets.gpu.vad import as_pyannote_file
 from batch_assets.models import builtin
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"
 CPU = torch.device("cpu")

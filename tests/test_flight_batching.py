@@ -18,15 +18,16 @@ import torch
 from batch_assets.gpu import diarization as d
 from batch_assets.gpu import pyannote_adapter as adapter
 from batch_assets.gpu.flight_batch import segment_files
+from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.precision import asr_encoder_autocast, cpu_supports_bf16
 from batch_assets.gpu.resources import GpuResource
-from batch_assets.gpu.runner import FlightWork, Levers, run_section
+from batch_assets.gpu.runner import FlightWork, run_section
 from batch_assets.gpu.section import SectionUnit, process_flight
 from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
 from batch_assets.gpu.vad import as_pyannote_file, run_vad, run_vad_flight
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"
 CPU = torch.device("cpu")
@@ -121,8 +122,9 @@ def test_batched_segmentation_is_stocks_per_unit_scores(pipeline_name, units, re
 def diarize_all(pipeline, units: dict[str, np.ndarray], across: bool):
     calls = {uid: d.DiarizationCall() for uid in units}
     files = {uid: d.diarization_file(w, uid, calls[uid]) for uid, w in units.items()}
-    host_s = d.precompute_device_work(pipeline, list(files.values()), across_units=across)
-    assert 0 < host_s < 60  # binarizing and counting speakers: host seconds, reported apart from the forwards
+    host = d.HostSeconds()
+    d.precompute_device_work(pipeline, list(files.values()), across, host)
+    assert 0 < host.seconds < 60  # binarizing and counting speakers: host seconds, reported apart from the forwards
     return {uid: d.diarize(pipeline, None, uid, call=calls[uid], file=files[uid]) for uid in units}, calls
 
 
@@ -158,6 +160,31 @@ def test_lever_5_runs_fewer_segmentation_forwards_and_identical_flights(tiny, un
     assert_same_outcomes(outcomes["unit by unit"], outcomes["batched"])
     assert 0 < forwards["batched"] < forwards["unit by unit"]  # a unit's last padded chunk no longer a forward alone
     assert {o.result_class.value for o in outcomes["batched"]} >= {"transcribed", "silent"}
+
+
+def test_a_batch_that_fails_part_way_keeps_its_host_seconds_and_fails_its_units_alone(tiny, units):
+    """Lever 5's batched forwards raise after the host work of binarizing and counting speakers (every forward of
+    the embedding model refuses: a torch forward pre-hook): the flight falls back unit by unit, every diarized unit
+    fails with the error as its reason, the silent one stays silent, and the host seconds done before the raise
+    stay host seconds (they were once booked as device seconds)."""
+
+    def refuse(module, inputs):
+        raise RuntimeError("embedding refused (test)")
+
+    audio, rows = flight(units)
+    stats = SectionStats()
+    handles = [m.register_forward_pre_hook(refuse) for m in adapter.embedding_model(tiny.diarization).modules()]
+    try:
+        outcomes = process_flight(tiny, "f", audio, rows, Levers(host_overlap_enabled=False), stats)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert stats.batch_fallbacks == 1
+    classes = {o.unit_id: (o.result_class.value, o.reason) for o in outcomes}
+    assert classes["u-noise"][0] == "silent"
+    failed = {uid for uid, (c, reason) in classes.items() if c == "failed" and "embedding refused (test)" in reason}
+    assert failed == set(units) - {"u-noise"}
+    assert stats.host_seconds["diarization"] > 0  # binarizing and counting speakers, before the trunk raised
 
 
 # -- lever 6 ---------------------------------------------------------------------------------------

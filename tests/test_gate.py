@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from batch_assets.gate.compare import gate
-from batch_assets.storage import SAMPLE_PARTITION as P
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import SAMPLE_PARTITION as P
+from batch_assets.storage.resource import StorageResource
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 

@@ -20,7 +20,7 @@ from batch_assets.gpu.diarization import diarize
 from batch_assets.gpu.pyannote_adapter import segmentation_inference
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.vad import as_pyannote_file, run_vad
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 from .conftest import make_resources, materialize_partition
 

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from batch_assets.ingest.assets import fetched_audio, prepared_flights
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 from .audio_files import copy_tree_to_s3, write_mixed_partition
 from .s3_server import S3Server

@@ -23,7 +23,7 @@ from dagster_k8s.job import (
 
 from batch_assets.definitions import defs
 from batch_assets.settings import env_bool
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
 GPU_STEP = "gpu_section.gpu_shard"  # one step (one pod, one GPU) per shard of a partition
@@ -216,7 +216,7 @@ def test_helm_values_match_the_code():
 def test_k8s_executor_is_selected_by_env():
     from dagster_k8s import k8s_job_executor
 
-    from batch_assets.executor import executor_for
+    from batch_assets.orchestration.executor import executor_for
     from batch_assets.settings import Settings
 
     assert executor_for(Settings.from_env({"BATCH_ASSETS_EXECUTOR": "k8s"})) is k8s_job_executor

@@ -1,10 +1,9 @@
-"""Long units in windows (`batch_assets/windows.py`): one label per voice across windows, short units untouched, and a
-kill in the middle of a unit resumed from its last committed window.
+"""Long units in windows (`batch_assets/long_units/windows.py`): one label per voice across windows, short units
+untouched, and a kill in the middle of a unit resumed from its last committed window.
 
-The long unit is 440-odd seconds of the sample's four voices (`batch_assets/long_audio.py`), cut into 120-second
-windows overlapped by 10 s (four of them), beside two sample units shorter than a window. The windowed run is
-shared by the tests here; the kill is real (SIGKILL to the run's process group) and the re-execution is Dagster's.
-"""
+The long unit is 440-odd seconds of the sample's four voices (`batch_assets/long_units/long_audio.py`), cut into
+120-second windows overlapped by 10 s (four of them), beside two sample units shorter than a window. The windowed run is
+shared by the tests here; the kill is real (SIGKILL to the run's process group) and the re-execution is Dagster's."""
 
 from __future__ import annotations
 
@@ -20,8 +19,16 @@ import polars as pl
 import pytest
 
 from batch_assets.audio.decode import decode_file, stream_file
-from batch_assets.speaker_hints import SpeakerHints
-from batch_assets.windows import SAMPLE_RATE, Window, WindowSpec, cores, link_speakers, piece_id, split_windows
+from batch_assets.ingest.speaker_hints import SpeakerHints
+from batch_assets.long_units.windows import (
+    SAMPLE_RATE,
+    Window,
+    WindowSpec,
+    cores,
+    link_speakers,
+    piece_id,
+    split_windows,
+)
 
 from . import deployments
 from .conftest import SAMPLE_SOURCE, TABLES, assert_same_results, make_resources, materialize_partition, tables_of
@@ -90,7 +97,7 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
     two units processed whole: every number below follows from the cores, by hand."""
     from batch_assets.gpu import tables
     from batch_assets.ingest.prepare import PLAN_SCHEMA
-    from batch_assets.stitching import stitch
+    from batch_assets.long_units.stitching import stitch
 
     a, b = np.eye(4)[0], np.eye(4)[1]  # two voices' centroids
     whole = {"unit_id": "s", "flight_id": "f0"}
@@ -194,7 +201,7 @@ def _two_windows(first: str) -> tuple[dict, pl.DataFrame]:
 
 
 def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_the_window():
-    from batch_assets.stitching import stitch
+    from batch_assets.long_units.stitching import stitch
 
     def stitched(first: str) -> dict:
         fragments, plan = _two_windows(first)
@@ -240,7 +247,7 @@ def test_speakers_are_linked_across_windows_and_a_voice_split_inside_a_window_is
 
 def test_a_window_is_told_at_most_the_units_voices_and_a_windowed_unit_flies_alone():
     from batch_assets.ingest.flights import plan_flights
-    from batch_assets.windows import window_hints
+    from batch_assets.long_units.windows import window_hints
 
     assert window_hints(SpeakerHints(num_speakers=3)) == SpeakerHints(max_speakers=3)  # a window may hold fewer
     assert window_hints(SpeakerHints(min_speakers=2, max_speakers=5)) == SpeakerHints(max_speakers=5)
@@ -254,8 +261,8 @@ def test_a_window_is_told_at_most_the_units_voices_and_a_windowed_unit_flies_alo
 def test_the_guards_count_a_windowed_unit_once():
     """One long unit whose read failed in every window is that unit's problem: not a systemic fault of the day
     (the guards see the plan's units, not its windows)."""
-    from batch_assets.guards import systemic_problem, with_source_uris
     from batch_assets.ingest.prepare import PLAN_SCHEMA
+    from batch_assets.orchestration.guards import systemic_problem, with_source_uris
 
     failed = {"unit_id": "long", "result_class": "fetch_failed", "reason": "storage kept failing"}
     plan = _frame(PLAN_SCHEMA, [failed | {"flight_id": f"flight-0000-w{w:04d}", "window": w} for w in range(3)])
@@ -279,7 +286,7 @@ def test_hints_bound_the_linked_count():
 def long_source(tmp_path_factory):
     import soundfile as sf
 
-    from batch_assets.long_audio import long_recording
+    from batch_assets.long_units.long_audio import long_recording
 
     source = tmp_path_factory.mktemp("long-source")
     for key in SHORT_KEYS:

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 TRUTH = json.loads((REPO_ROOT / "sample_data" / "truth" / f"{SAMPLE_PARTITION}.json").read_text())
 

@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 import soundfile as sf
 
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 from .conftest import FLIGHTS_OF_ONE, make_resources, materialize_partition
 from .partition_sources import SAMPLE
@@ -126,7 +126,7 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
     from batch_assets.gpu import pyannote_adapter
     from batch_assets.gpu.asr import apply_decoder_mode
     from batch_assets.gpu.faults import DeviceFault
-    from batch_assets.gpu.runner import Levers
+    from batch_assets.gpu.levers import Levers
     from batch_assets.gpu.section import process_flight
     from batch_assets.gpu.section_stats import SectionStats
 
@@ -310,7 +310,7 @@ def by_unit_suffix(by_unit: dict, prefix: str) -> str:
 def test_an_unreadable_lease_record_expires_with_its_ttl(tmp_path):
     """Finding 6a. Before: an empty newest record (a crash before the record reached the disk) blocked its partition
     for ever ("run ?"). Now it counts as held while younger than the ttl, and as expired (logged) once older."""
-    from batch_assets.lease import LeaseHeld, PartitionLease
+    from batch_assets.storage.lease import LeaseHeld, PartitionLease
 
     storage = StorageResource(storage_url=str(tmp_path))
     record = tmp_path / ".leases" / COLD_DAY / "gen-000001.json"
@@ -339,7 +339,7 @@ def test_an_unreadable_lease_record_expires_with_its_ttl(tmp_path):
 def test_a_store_that_ignores_if_none_match_lets_only_one_writer_on(tmp_path):
     """Finding 6b. Before: on a store that ignores `If-None-Match`, two runs both "won" generation 1. Now the record
     is read back after it is created, and every write is fenced: the writer whose record did not land cannot write."""
-    from batch_assets.lease import LeaseLost, PartitionLease
+    from batch_assets.storage.lease import LeaseLost, PartitionLease
 
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="racing-leases")
@@ -364,7 +364,7 @@ def test_a_store_that_ignores_if_none_match_lets_only_one_writer_on(tmp_path):
 def test_a_holder_whose_lease_was_taken_over_writes_nothing_more(tmp_path):
     """Finding 6c. Before: a holder whose lease was taken over (paused past its ttl) kept renewing and writing."""
     from batch_assets.gpu.commits import FlightCommits
-    from batch_assets.lease import LeaseLost, PartitionLease
+    from batch_assets.storage.lease import LeaseLost, PartitionLease
 
     storage = StorageResource(storage_url=str(tmp_path))
     paused = PartitionLease(storage, COLD_DAY, holder="run-a", ttl_s=0.5)
@@ -405,7 +405,7 @@ def test_a_wall_clock_step_does_not_declare_a_live_run_dead(tmp_path):
     (a reused pid), so the run was failed and its lease freed. Now liveness is the process's identity from /proc."""
     from dagster._core.storage.dagster_run import DagsterRun
 
-    from batch_assets.dead_runs import free_dead_runs, process_identity
+    from batch_assets.orchestration.dead_runs import free_dead_runs, process_identity
 
     (tmp_path / "home").mkdir()
     instance = dg.DagsterInstance.local_temp(str(tmp_path / "home"))

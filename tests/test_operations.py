@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 
 from batch_assets.definitions import defs
-from batch_assets.partitions import BACKFILL_PARTITIONS_PER_RUN
-from batch_assets.schedules import SCHEDULE_HOUR_UTC
+from batch_assets.orchestration.partitions import BACKFILL_PARTITIONS_PER_RUN
+from batch_assets.orchestration.schedules import SCHEDULE_HOUR_UTC
 
 from .conftest import make_resources
 from .partition_sources import make_source

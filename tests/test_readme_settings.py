@@ -14,7 +14,7 @@ import ast
 import re
 
 from batch_assets.settings import readme_table, variable_names
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 PARSERS = {"env_int", "env_bool", "env_fraction", "env_str", "env_day", "env_choice", "env_path"}
 # read by the libraries and tools we run, not by our code: documented in the second table

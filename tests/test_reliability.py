@@ -24,7 +24,7 @@ from batch_assets.gpu.lock import lock_path
 from batch_assets.gpu.resources import GpuResource, model_loads
 from batch_assets.ingest.fetch import FetchError, RetryPolicy, download, with_retries
 from batch_assets.ingest.manifest import build_manifest
-from batch_assets.storage import REPO_ROOT, StorageResource
+from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import make_resources, materialize_partition
 from .partition_sources import SAMPLE, make_source

@@ -17,7 +17,7 @@ import pytest
 from batch_assets.gate.checks import transcripts_checks
 from batch_assets.gate.compare import GateResult, compare_partition
 from batch_assets.gpu.assets import gpu_section
-from batch_assets.storage import SAMPLE_PARTITION, StorageResource
+from batch_assets.storage.resource import SAMPLE_PARTITION, StorageResource
 
 from .conftest import make_resources
 

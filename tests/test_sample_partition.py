@@ -18,8 +18,8 @@ from batch_assets.gpu.tables import (
 )
 from batch_assets.ingest.manifest import MANIFEST_SCHEMA
 from batch_assets.ingest.prepare import FLIGHTS_SCHEMA, PLAN_SCHEMA
-from batch_assets.results import ResultClass
-from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.schema.results import ResultClass
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 from .conftest import SAMPLE_SOURCE
 

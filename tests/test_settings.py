@@ -12,7 +12,7 @@ import sys
 import dagster as dg
 import pytest
 
-from batch_assets.cli import RUN_SETTINGS
+from batch_assets.cli.commands import RUN_SETTINGS
 from batch_assets.definitions import build_resources
 from batch_assets.settings import SettingError, Settings, variable_names
 
@@ -77,7 +77,7 @@ def test_each_run_flag_sets_a_settings_variable():
 def test_run_flags_reach_the_settings_of_the_process_that_set_them(tmp_path):
     """`batch-assets run --source ... --asr-model ...`: the CLI read its settings when it was imported; the flags set
     the variables afterwards, and the storage it prints its summary from must be the one the run writes to."""
-    code = ("import argparse, batch_assets.cli as cli\n"
+    code = ("import argparse, batch_assets.cli.commands as cli\n"
             "from batch_assets.settings import current_settings\n"
             "before = current_settings().source_url\n"
             f"cli.apply_run_settings(argparse.Namespace(source={str(tmp_path)!r}, storage=None, asr_model='m', "

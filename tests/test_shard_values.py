@@ -9,8 +9,8 @@ import dagster as dg
 
 from batch_assets.gpu.assets import assemble_gpu_tables, gpu_shard, plan_gpu_shards
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec, from_json, to_json
-from batch_assets.io_manager import StorageJsonIOManager
-from batch_assets.storage import StorageResource
+from batch_assets.orchestration.io_manager import StorageJsonIOManager
+from batch_assets.storage.resource import StorageResource
 
 SPEC = ShardSpec("2026-01-15", 1, 2, ["flight-0002"], [["flight-0000", "flight-0001"], ["flight-0002"]], 61.5, None)
 REPORT = ShardReport("2026-01-15", 1, 2, ["flight-0002"], None, 61.5, taken_over=[], resumed_flights=[],

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from batch_assets.gpu.shards import plan_shards
-from batch_assets.lease import LeaseHeld, PartitionLease, _exclusive_create
-from batch_assets.storage import SAMPLE_PARTITION, StorageResource
+from batch_assets.storage.lease import LeaseHeld, PartitionLease, _exclusive_create
+from batch_assets.storage.resource import SAMPLE_PARTITION, StorageResource
 
 from .conftest import (
     FLIGHTS_OF_ONE,
@@ -66,8 +66,8 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
     storage = resources["storage"]
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from batch_assets.lease import PartitionLease
-        from batch_assets.storage import StorageResource
+        from batch_assets.storage.lease import PartitionLease
+        from batch_assets.storage.resource import StorageResource
         lease = PartitionLease(StorageResource(storage_url={str(storage.storage_url)!r}), {P!r},
                                holder="other-run", ttl_s=6)
         with lease.held():

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batch_assets.fs_paths import remove_path
-from batch_assets.storage import StorageResource
+from batch_assets.storage.paths import remove_path
+from batch_assets.storage.resource import StorageResource
 
 from .s3_server import S3Server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batch_assets.storage import SAMPLE_PARTITION
+from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
 from .conftest import make_resources, materialize_partition

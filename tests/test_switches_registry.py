@@ -7,9 +7,9 @@ import dataclasses
 
 import yaml
 
+from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.run_config import GpuSectionConfig, LeverConfig
-from batch_assets.gpu.runner import Levers
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS, SWITCHES, helm_env, readme_table
 
 NAMES = [s.name for s in SWITCHES]

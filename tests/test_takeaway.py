@@ -24,7 +24,7 @@ from pyannote.database.util import load_rttm
 from batch_assets.exports.assets import ASSET
 from batch_assets.exports.formats import FORMATS
 from batch_assets.gpu.tables import TABLE_SCHEMAS
-from batch_assets.storage import SAMPLE_PARTITION
+from batch_assets.storage.resource import SAMPLE_PARTITION
 
 from .conftest import make_resources, materialize_partition
 from .partition_sources import make_source
@@ -230,7 +230,7 @@ def test_contradictory_run_hints_fail_at_once_naming_them(tmp_path, lock_dir):
 def test_a_bad_sidecar_says_what_is_wrong_with_it():
     import pytest
 
-    from batch_assets.speaker_hints import MAX_SIDECAR_BYTES, HintError, SpeakerHints, parse_sidecar
+    from batch_assets.ingest.speaker_hints import MAX_SIDECAR_BYTES, HintError, SpeakerHints, parse_sidecar
 
     assert parse_sidecar(b'{"num_speakers": 2}', "a.wav.json") == SpeakerHints(num_speakers=2)
     assert parse_sidecar(b'{"min_speakers": 2, "max_speakers": 4}', "a.wav.json").pipeline_kwargs() == {

@@ -20,7 +20,7 @@ import time
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 from .partition_sources import make_source
 from .servers import free_port, wait_for_webserver

@@ -13,12 +13,12 @@ import json
 import dagster as dg
 import polars as pl
 
-from batch_assets.columns import table_schema
 from batch_assets.exports.formats import FORMATS, exported_units, partition_files
 from batch_assets.gate.checks import each_partition
-from batch_assets.partitions import backfill_policy, daily_partitions
-from batch_assets.steps import lease_lost_fails, lease_wait_field, partition_lease, preflight
-from batch_assets.storage import StorageResource
+from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
+from batch_assets.orchestration.steps import lease_lost_fails, lease_wait_field, partition_lease, preflight
+from batch_assets.schema.columns import table_schema
+from batch_assets.storage.resource import StorageResource
 
 ASSET = "transcript_exports"
 FILES_SCHEMA = {"unit_id": pl.String, "format": pl.String, "uri": pl.String, "bytes": pl.Int64}

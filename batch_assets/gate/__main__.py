@@ -8,7 +8,7 @@ import json
 import sys
 
 from batch_assets.gate.compare import gate
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,9 +18,9 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.gate.compare import gate
-from batch_assets.partitions import daily_partitions
+from batch_assets.orchestration.partitions import daily_partitions
 from batch_assets.settings import current_settings
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 
 def each_partition(

@@ -2,7 +2,7 @@
 
 Any flight of the current plan still without a valid commit is processed first (a re-execution may rerun no
 shard step); then the commits become the seven tables of `vad_scores`, `diarization` and `transcripts`, a
-windowed unit's windows are stitched back into the unit (`stitching.py`), the degrade guard runs, and the
+windowed unit's windows are stitched back into the unit (`long_units/stitching.py`), the degrade guard runs, and the
 partition's tables are replaced atomically (for a `units` rerun, only those units' rows).
 """
 
@@ -11,7 +11,6 @@ import contextlib
 import dagster as dg
 import polars as pl
 
-from batch_assets.fs_paths import remove_path
 from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.metadata import partition_metadata
 from batch_assets.gpu.resources import GpuResource
@@ -27,10 +26,11 @@ from batch_assets.gpu.shard_work import (
 )
 from batch_assets.gpu.stop_requests import StopRequests
 from batch_assets.gpu.tables import TABLE_SCHEMAS, keep_other_units, tables_to_keep, transcript_tables
-from batch_assets.steps import GPU_ASSET_KEYS, guard_degradation, lease_lost_fails, partition_lease
-from batch_assets.stitching import stitch
-from batch_assets.storage import StorageResource
-from batch_assets.windows import window_pieces
+from batch_assets.long_units.stitching import stitch
+from batch_assets.long_units.windows import window_pieces
+from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_lost_fails, partition_lease
+from batch_assets.storage.paths import remove_path
+from batch_assets.storage.resource import StorageResource
 
 
 def assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource, gpu: GpuResource,
@@ -99,17 +99,18 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     pieces = window_pieces(plan)
     window_scores = [uri for uid, uri in zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"],
                                              strict=True) if uid in pieces]
-    fragments = stitch(  # a windowed unit's windows become the unit (`stitching.py`)
+    hints = unit_speaker_hints(manifest, run_hints(config))
+    fragments = stitch(  # a windowed unit's windows become the unit (`long_units/stitching.py`)
         fragments, plan,
         write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
             "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
-        read_array=storage.read_array, hints=unit_speaker_hints(manifest, run_hints(config)),
+        read_array=storage.read_array, hints={uid: unit for uid, (unit, _) in hints.items()},
         threshold=config.speaker_link_threshold)
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, segments, words = transcript_tables(
         manifest if whole else manifest.filter(pl.col("unit_id").is_in(list(chosen))), plan, fragments["outcomes"],
-        fragments["words"], run_hints(config))
+        fragments["words"], hints)
     processed = plan.filter(pl.col("result_class") == "ok")["unit_id"].unique().to_list()  # the units the section
     # classed
     guard_degradation(context, config, storage, partition, units.filter(pl.col("unit_id").is_in(processed)),

@@ -4,7 +4,7 @@ The three outputs come from the same GPU work because they share the expensive s
 device and each flight's audio. A graph of three steps produces them (the day stays the partition):
 
 1. `plan_gpu_shards` (CPU): reads the day's flight plan, takes the partition's lease (one writer per
-   partition, `batch_assets/lease.py`), validates a `units` rerun, and groups the flights, whole and in
+   partition, `batch_assets/storage/lease.py`), validates a `units` rerun, and groups the flights, whole and in
    plan order, into shards of at most `shard_audio_seconds`;
 2. `gpu_shard`, one step per shard (Dagster dynamic outputs): pool `gpu` (sized to the GPUs), one
    `nvidia.com/gpu` pod on Kubernetes (its op tags), the cross-process device lock around the section.
@@ -24,7 +24,6 @@ own materializations; a GPU step loads the models once for all the shards it run
 
 import dagster as dg
 
-from batch_assets.dead_runs import record_process_identity
 from batch_assets.gpu.assembly import assemble_one
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.resume import shard_mapping_key
@@ -34,10 +33,11 @@ from batch_assets.gpu.shard_work import read_planned_flights, run_shard, selecte
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.gpu.stop_requests import stop_requests
 from batch_assets.gpu.tables import tables_to_keep
-from batch_assets.io_manager import VALUES_FOLDER, discard_run_values
-from batch_assets.partitions import backfill_policy, daily_partitions
-from batch_assets.steps import GPU_ASSET_KEYS, partition_lease, preflight
-from batch_assets.storage import StorageResource
+from batch_assets.orchestration.dead_runs import record_process_identity
+from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
+from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
+from batch_assets.orchestration.steps import GPU_ASSET_KEYS, partition_lease, preflight
+from batch_assets.storage.resource import StorageResource
 
 GROUP = "gpu"
 GPU_POOL = "gpu"

@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 import polars as pl
 
-from batch_assets.fs_paths import is_local, remove_empty_folders, remove_path
 from batch_assets.gpu.tables import (
     OUTCOMES_SCHEMA,
     REGIONS_SCHEMA,
@@ -38,6 +37,7 @@ from batch_assets.gpu.tables import (
     outcome_tables,
     vad_tables,
 )
+from batch_assets.storage.paths import is_local, remove_empty_folders, remove_path
 
 WORK_ASSET = "gpu_work"
 FRAGMENTS = {"vad_units": VAD_UNITS_SCHEMA, "regions": REGIONS_SCHEMA, "turns": TURNS_SCHEMA,

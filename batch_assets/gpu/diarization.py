@@ -53,7 +53,7 @@ from batch_assets.gpu.shared_trunk import (  # noqa: E402
     shared_trunk_problem,
 )
 from batch_assets.gpu.vad import as_pyannote_file  # noqa: E402
-from batch_assets.speaker_hints import NO_HINTS, SpeakerHints  # noqa: E402
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -224,12 +224,22 @@ def diarize(pipeline: LeveredSpeakerDiarization, waveform: np.ndarray, uri: str,
     )
 
 
-def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict], across_units: bool) -> float:
+@dataclasses.dataclass
+class HostSeconds:
+    """Seconds of host work a phase has done so far: kept as they accrue, so a phase that raises part-way still
+    reports the host work it did (the caller books the rest of the phase's time as device work)."""
+
+    seconds: float = 0.0
+
+
+def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict], across_units: bool,
+                           host: HostSeconds) -> None:
     """The device work of several units' calls, done before the calls (levers 5 and 6): each file's call gets its
     `segmentations` (VAD's when reused, else a forward: batched across the files with `across_units`) and, when a
     speaker is active, its `embeddings` (the shared trunk batched across the files with `across_units`). The
     calls then run only host work, and check that what they would have computed is what they were given.
-    Returns the seconds of host work it did on the way (binarizing and counting speakers, to pick the embeddings)."""
+    Adds to `host` the seconds of host work it does on the way (binarizing and counting speakers, to pick the
+    embeddings), each as it is done: if a later forward raises, the host seconds before it are still there."""
     from batch_assets.gpu.flight_batch import segment_files
 
     calls = [call_of(f) for f in files]
@@ -248,13 +258,12 @@ def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict
         call.segmentations = next(batched) if batched is not None and needs else pipeline.get_segmentations(file)
     requests, works = [], []
     exclude = pipeline.embedding_exclude_overlap
-    host_s = 0.0
     for file, call in zip(files, calls, strict=True):
         started = time.perf_counter()
         binarized = adapter.binarized_segmentations(pipeline, call.segmentations)
         count = pipeline.speaker_count(binarized, adapter.segmentation_inference(pipeline).model.receptive_field,
                                        warm_up=(0.0, 0.0))
-        host_s += time.perf_counter() - started
+        host.seconds += time.perf_counter() - started
         if np.nanmax(count.data) == 0.0:
             continue  # pyannote exits early: no embeddings
         if across_units and call.shared_trunk and not pipeline.training and shared_trunk_problem(pipeline) is None:
@@ -274,4 +283,3 @@ def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict
             call.embeddings = PrecomputedEmbeddings(binarized.data, exclude, embeddings, work)
     for call in calls:  # the caller times this phase; from here a call's device seconds are its own call's forwards
         call.device_s = 0.0
-    return host_s

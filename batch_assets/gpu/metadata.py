@@ -10,12 +10,12 @@ import collections
 import dagster as dg
 import polars as pl
 
-from batch_assets import transcript_text
-from batch_assets.columns import table_schema
+from batch_assets.exports import transcript_text
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.shard_values import ShardReport
 from batch_assets.gpu.tables import TABLE_SCHEMAS
-from batch_assets.steps import class_counts
+from batch_assets.orchestration.steps import class_counts
+from batch_assets.schema.columns import table_schema
 
 
 def unit_classes_markdown(units: pl.DataFrame, rows: int = 50) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from batch_assets.results import ResultClass
+from batch_assets.schema.results import ResultClass
 
 SHARD_STEP = "gpu_section.gpu_shard"
 

@@ -10,11 +10,11 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.ingest.flights import DECODE_BUDGET_S
+from batch_assets.ingest.speaker_hints import HintError, SpeakerHints, unit_hints
+from batch_assets.long_units.windows import LINK_THRESHOLD
+from batch_assets.orchestration.steps import DegradeConfig, lease_wait_field
 from batch_assets.settings import current_settings
-from batch_assets.speaker_hints import HintError, SpeakerHints, unit_hints
-from batch_assets.steps import DegradeConfig, lease_wait_field
 from batch_assets.switches import SWITCHES
-from batch_assets.windows import LINK_THRESHOLD
 
 SHARD_AUDIO_SECONDS = current_settings().shard_audio_seconds
 
@@ -41,7 +41,7 @@ class LeverConfig(dg.Config):
 
 
 class HintsConfig(dg.Config):
-    """Speaker-count hints for every unit of the partition (a unit's sidecar wins: `speaker_hints.py`)."""
+    """Speaker-count hints for every unit of the partition (a unit's sidecar wins: `ingest/speaker_hints.py`)."""
 
     num_speakers: int | None = Field(default=None, gt=0, description="Exactly this many speakers in every unit")
     min_speakers: int | None = Field(default=None, gt=0, description="At least this many speakers in every unit")
@@ -57,9 +57,11 @@ def run_hints(config: HintsConfig) -> SpeakerHints:
                          allow_retries=False) from None
 
 
-def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, SpeakerHints]:
-    """Each unit's hints: its sidecar's (read into the manifest by `fetched_audio`), else the run's."""
-    return {row["unit_id"]: unit_hints(hints, row)[0] for row in manifest.iter_rows(named=True)}
+def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, tuple[SpeakerHints, str | None]]:
+    """Each unit's (hints, their source): its sidecar's (read into the manifest by `fetched_audio`), else the
+    run's. Looked up once per step: the shard steps give them to diarization, the assembly to the stitching and
+    to the units table's hint columns."""
+    return {row["unit_id"]: unit_hints(hints, row) for row in manifest.iter_rows(named=True)}
 
 
 def units_field():
@@ -75,7 +77,7 @@ class LinkConfig(dg.Config):
     speaker_link_threshold: float = Field(
         default=LINK_THRESHOLD, gt=0,
         description="A windowed unit's speakers closer than this across windows (euclidean, normalised centroids) "
-        "are one voice (`batch_assets/windows.py`)")
+        "are one voice (`batch_assets/long_units/windows.py`)")
 
 
 class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig, LinkConfig):

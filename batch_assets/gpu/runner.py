@@ -26,26 +26,11 @@ import numpy as np
 
 from batch_assets.gpu.asr import apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
+from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.precision import describe as describe_precision
 from batch_assets.gpu.section import DeviceDone, SectionUnit, UnitOutcome, device_work, host_work
 from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
-
-
-@dataclasses.dataclass(frozen=True)
-class Levers:
-    """The section's switches and settings for one run (run config, defaults from the environment)."""
-
-    prepare_flight_enabled: bool = True
-    vad_segmentation_reuse_enabled: bool = True
-    asr_cuda_graphs_enabled: bool = True
-    embedding_shared_trunk_enabled: bool = True
-    batch_across_units_enabled: bool = True
-    host_overlap_enabled: bool = True
-    half_precision_enabled: bool = False
-    decode_budget_seconds: float = 1800.0
-    prepare_workers: int = 1
-    asr_batch_size: int = 16
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,22 +34,21 @@ from batch_assets.gpu.attribution import attribute_speakers
 from batch_assets.gpu.diarization import (
     DiarizationCall,
     DiarizationResult,
+    HostSeconds,
     call_of,
     diarization_file,
     diarize,
     precompute_device_work,
 )
 from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
+from batch_assets.gpu.levers import Levers
+from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.precision import asr_encoder_autocast
 from batch_assets.gpu.section_stats import SectionStats
 from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
-from batch_assets.results import ResultClass
-from batch_assets.speaker_hints import NO_HINTS, SpeakerHints
-from batch_assets.windows import piece_id
-
-if TYPE_CHECKING:  # runner imports this module
-    from batch_assets.gpu.loaded import LoadedModels
-    from batch_assets.gpu.runner import Levers
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.long_units.windows import piece_id
+from batch_assets.schema.results import SILENT_REASON, ResultClass
 
 SAMPLE_RATE = 16_000
 
@@ -201,7 +199,7 @@ def _vad(models: LoadedModels, waveforms: dict[str, np.ndarray], outcomes: dict[
             continue
         outcomes[uid].vad = results[uid]
         if not results[uid].regions:
-            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.SILENT, "no speech detected by VAD"
+            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.SILENT, SILENT_REASON
         else:
             speech.append(uid)
     stats.segmentation_forwards["vad_of_diarized_units"] += sum(results[uid].forwards for uid in speech)
@@ -211,11 +209,12 @@ def _vad(models: LoadedModels, waveforms: dict[str, np.ndarray], outcomes: dict[
 def _precompute(models: LoadedModels, files: dict[str, dict], levers: Levers, stats: SectionStats,
                 outcomes: dict[str, UnitOutcome]) -> None:
     """The diarization calls' forwards (lever 5: batched across units); a unit that breaks the batch fails alone.
-    The host work done on the way (binarizing, counting speakers) counts as host seconds."""
+    The host work done on the way (binarizing, counting speakers) counts as host seconds, also when a batch
+    raises part-way and the flight falls back unit by unit."""
     pipeline = models.diarization
-    started, host_s = time.perf_counter(), 0.0
+    started, host = time.perf_counter(), HostSeconds()
     try:
-        host_s = precompute_device_work(pipeline, list(files.values()), across_units=levers.batch_across_units_enabled)
+        precompute_device_work(pipeline, list(files.values()), levers.batch_across_units_enabled, host)
     except Exception as error:
         raise_if_device_fault(error, f"batched diarization forwards of {', '.join(files)}")
         stats.batch_fallbacks += 1
@@ -223,12 +222,12 @@ def _precompute(models: LoadedModels, files: dict[str, dict], levers: Levers, st
             call = call_of(file)
             call.segmentations = call.embeddings = None
             try:
-                host_s += precompute_device_work(pipeline, [file], across_units=False)
+                precompute_device_work(pipeline, [file], False, host)
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"diarization forwards of {uid}")
                 outcomes[uid].result_class = ResultClass.FAILED
                 outcomes[uid].reason = f"{type(unit_error).__name__}: {unit_error}"[:500]
-    stats.add("diarization", time.perf_counter() - started - host_s, host_s)
+    stats.add("diarization", time.perf_counter() - started - host.seconds, host.seconds)
 
 
 def _diarize_unit(models: LoadedModels, outcome: UnitOutcome, call: DiarizationCall, file: dict, hints: SpeakerHints,

@@ -2,8 +2,8 @@
 
 `plan_gpu_shards` yields one `ShardSpec` per shard; each `gpu_shard` step returns a `ShardReport`; the
 assembly reads them all. They travel between steps (pods, on Kubernetes) as JSON in the project's storage
-(`io_manager.py`), tagged with their type, and are read back as the same dataclasses. A value written by an
-older deploy (a run re-executed across one) is read back as a plain dict, which `from_json` turns into the
+(`orchestration/io_manager.py`), tagged with their type, and are read back as the same dataclasses. A value
+written by an older deploy (a run re-executed across one) is read back as a plain dict, which `from_json` turns into the
 dataclass: the IO manager does so by the type the writing step declares for its output, so the shard step's
 spec and each of the assembly's reports arrive typed.
 """

@@ -15,18 +15,18 @@ from collections.abc import Iterable
 import dagster as dg
 import polars as pl
 
-from batch_assets.dead_runs import record_process_identity
 from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.resume import PlannedFlight, executing_shards, owned_flights, plan_fingerprint, planned_flights
 from batch_assets.gpu.run_config import ShardConfig, run_hints, unit_speaker_hints
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.stop_requests import StopRequests
-from batch_assets.speaker_hints import SpeakerHints
-from batch_assets.steps import lease_lost_fails, partition_lease
-from batch_assets.storage import StorageResource
+from batch_assets.ingest.speaker_hints import NO_HINTS
+from batch_assets.long_units.windows import window_hints
+from batch_assets.orchestration.dead_runs import record_process_identity
+from batch_assets.orchestration.steps import lease_lost_fails, partition_lease
+from batch_assets.storage.resource import StorageResource
 from batch_assets.switches import SWITCHES
-from batch_assets.windows import window_hints
 
 
 def root_run_id(context) -> str:
@@ -97,7 +97,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
     from batch_assets.gpu.asr import DecoderModeError
     from batch_assets.gpu.faults import DeviceFault
-    from batch_assets.gpu.runner import FlightWork, Levers, run_section
+    from batch_assets.gpu.levers import Levers
+    from batch_assets.gpu.runner import FlightWork, run_section
     from batch_assets.gpu.section import SectionUnit
 
     switches = {s.name: getattr(config, s.name) for s in SWITCHES}
@@ -110,7 +111,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
-        unit_hints_ = hints.get(row["unit_id"], SpeakerHints())
+        unit_hints_ = hints.get(row["unit_id"], (NO_HINTS, None))[0]
         units_by_flight[row["flight_id"]].append(SectionUnit(
             row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
             unit_hints_ if row.get("window") is None else window_hints(unit_hints_)))

@@ -13,9 +13,9 @@ import polars as pl
 
 if TYPE_CHECKING:
     from batch_assets.gpu.section import UnitOutcome
-from batch_assets.results import ResultClass
-from batch_assets.speaker_hints import KEYS as HINT_KEYS
-from batch_assets.speaker_hints import NO_HINTS, SpeakerHints, unit_hints
+from batch_assets.ingest.speaker_hints import KEYS as HINT_KEYS
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.schema.results import ResultClass
 
 VAD_UNITS_SCHEMA = {
     "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "speech_s": pl.Float64,
@@ -127,17 +127,19 @@ def segments_table(words: pl.DataFrame) -> pl.DataFrame:
             .select(list(SEGMENTS_SCHEMA)).cast(SEGMENTS_SCHEMA))
 
 
-def _hint_columns(manifest_row: dict, run_hints: SpeakerHints) -> dict:
+def _hint_columns(hints: SpeakerHints, source: str | None) -> dict:
     """The units table's hint columns for one unit: what diarization was given, and from where."""
-    hints, source = unit_hints(run_hints, manifest_row)
     return {f"hint_{key}": getattr(hints, key) for key in HINT_KEYS} | {"hint_source": source}
 
 
 def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame,
-                      run_hints: SpeakerHints = NO_HINTS) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+                      hints: dict[str, tuple[SpeakerHints, str | None]] | None = None,
+                      ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(units, segments, words): every manifest unit exactly once, with its final class (ingest's, prepare's,
-    or the section's `outcomes`) and, if it reached diarization, the speaker hints it was given there (a bad
-    sidecar's problem joins its reason)."""
+    or the section's `outcomes`) and, if it reached diarization, the speaker hints it was given there (`hints`:
+    each unit's hints and their source, `run_config.unit_speaker_hints`; a bad sidecar's problem joins its
+    reason)."""
+    hints = hints or {}
     by_unit = {row["unit_id"]: row for row in outcomes.iter_rows(named=True)}
     planned = {row["unit_id"]: row for row in plan.iter_rows(named=True)}
     units = []
@@ -167,7 +169,7 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
         # diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
-                     | (_hint_columns(row, run_hints) if diarized else {})
+                     | (_hint_columns(*hints.get(uid, (NO_HINTS, None))) if diarized else {})
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
     kept = (words.filter(pl.col("unit_id").is_in(list(rank)))

@@ -10,17 +10,15 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from batch_assets.columns import table_schema
-from batch_assets.guards import with_source_uris
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
-from batch_assets.lease import PartitionLease
-from batch_assets.partitions import backfill_policy, daily_partitions
-from batch_assets.settings import current_settings
-from batch_assets.steps import (
+from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
+from batch_assets.orchestration.guards import with_source_uris
+from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
+from batch_assets.orchestration.steps import (
     GPU_ASSET_KEYS,
     DegradeConfig,
     class_counts,
@@ -31,8 +29,10 @@ from batch_assets.steps import (
     preflight,
     written_later_in_run,
 )
-from batch_assets.storage import StorageResource
-from batch_assets.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
+from batch_assets.schema.columns import table_schema
+from batch_assets.settings import current_settings
+from batch_assets.storage.lease import PartitionLease
+from batch_assets.storage.resource import StorageResource
 
 GROUP = "ingest"
 # A new manifest with fewer than this share of the previous one's units is refused unless `allow_shrink`.
@@ -184,7 +184,7 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
     Writes one `.npy` per flight plus the flight plan (`plan.parquet`: each unit's flight, offset and
     length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
     budget whatever the size of the partition. A unit longer than `max_unit_seconds` is decoded into
-    overlapped windows, a flight each (`batch_assets/windows.py`), so memory is bounded whatever its length.
+    overlapped windows, a flight each (`batch_assets/long_units/windows.py`), so memory is bounded whatever its length.
     """
     preflight(context, storage)
     for partition in context.partition_keys:

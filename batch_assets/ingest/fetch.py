@@ -23,8 +23,8 @@ from typing import BinaryIO, TypeVar
 
 import fsspec
 
-from batch_assets.fs_paths import is_local
 from batch_assets.ingest.units import relative_key
+from batch_assets.storage.paths import is_local
 
 T = TypeVar("T")
 CHUNK = 8 * 2**20

@@ -4,7 +4,7 @@ A flight is the unit of work the GPU section takes at once, and the unit of deco
 memory. Packing is greedy in manifest order (deterministic for the same input): a flight closes when
 the next unit would take it past the budget (default 1800 audio seconds) or past the unit cap (default
 8). A unit longer than the budget flies alone, and so does every unit named in `alone` (a unit processed in
-windows: `prepared_flights` turns its flight into one flight per window, `batch_assets/windows.py`).
+windows: `prepared_flights` turns its flight into one flight per window, `batch_assets/long_units/windows.py`).
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 import polars as pl
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file, suffix_of
-from batch_assets.fs_paths import is_local, protocol
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
+from batch_assets.ingest.speaker_hints import MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, HintError, parse_sidecar
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
-from batch_assets.results import ResultClass
+from batch_assets.schema.results import ResultClass
 from batch_assets.settings import current_settings
-from batch_assets.speaker_hints import MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, HintError, parse_sidecar
+from batch_assets.storage.paths import is_local, protocol
 
 MANIFEST_SCHEMA = {
     "unit_id": pl.String,

@@ -33,9 +33,9 @@ import polars as pl
 from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
-from batch_assets.results import ResultClass, truncation
+from batch_assets.long_units.windows import WindowSpec, split_windows
+from batch_assets.schema.results import ResultClass, truncation
 from batch_assets.settings import current_settings
-from batch_assets.windows import WindowSpec, split_windows
 
 PLAN_SCHEMA = {
     "flight_id": pl.String,

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from batch_assets.fs_paths import fsync_folder, is_local, protocol, remove_path
+from batch_assets.storage.paths import fsync_folder, is_local, protocol, remove_path
 
 LEASE_FOLDER = ".leases"
 _GENERATION = re.compile(r"gen-\d{6}\.json")  # not the temporary names a renewal writes beside it

@@ -9,7 +9,7 @@ Off by default in a local `dagster dev`; deployments switch it on with BATCH_ASS
 
 import dagster as dg
 
-from batch_assets.jobs import transcribe_partition_job
+from batch_assets.orchestration.jobs import transcribe_partition_job
 from batch_assets.settings import current_settings
 
 SCHEDULE_HOUR_UTC = 6

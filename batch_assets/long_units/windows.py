@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 
 MAX_RECORDING_SECONDS = 172800.0  # a safety limit only (48 h): longer units are classed too_long
 WINDOW_SECONDS = 1800.0
@@ -146,8 +146,7 @@ def link_speakers(speakers: list[tuple[int, str, np.ndarray | None, float]], thr
     clusters = [_Cluster([(w, label)], np.asarray(c, dtype=np.float64) * max(s, 1e-3), max(s, 1e-3))
                 for w, label, c, s in speakers if c is not None]
     alone = [(w, label) for w, label, c, _ in speakers if c is None]
-    most = hints.num_speakers or hints.max_speakers
-    least = hints.num_speakers or hints.min_speakers or 1
+    most, least = hints.most, hints.least
     while len(clusters) > least:
         directions = np.stack([c.direction() for c in clusters])
         distance = np.linalg.norm(directions[:, None] - directions[None], axis=-1)
@@ -165,8 +164,7 @@ def link_speakers(speakers: list[tuple[int, str, np.ndarray | None, float]], thr
 
 def window_hints(hints: SpeakerHints) -> SpeakerHints:
     """What one window's diarization is told: at most the unit's voices (a window may hold fewer than the unit)."""
-    most = hints.num_speakers or hints.max_speakers
-    return SpeakerHints(max_speakers=most) if most else NO_HINTS
+    return SpeakerHints(max_speakers=hints.most) if hints.most else NO_HINTS
 
 
 # -- stitching -------------------------------------------------------------------------------------------------------

@@ -46,6 +46,16 @@ class SpeakerHints:
         """What pyannote's pipeline call takes (only the hints given)."""
         return {key: getattr(self, key) for key in KEYS if getattr(self, key) is not None}
 
+    @property
+    def most(self) -> int | None:
+        """The unit's most speakers (`num_speakers`, else `max_speakers`; None: no bound)."""
+        return self.num_speakers or self.max_speakers
+
+    @property
+    def least(self) -> int:
+        """The unit's fewest speakers (`num_speakers`, else `min_speakers`, else 1)."""
+        return self.num_speakers or self.min_speakers or 1
+
     def describe(self) -> str:
         return ", ".join(f"{key}={value}" for key, value in self.pipeline_kwargs().items()) or "none"
 

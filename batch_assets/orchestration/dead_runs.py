@@ -134,7 +134,7 @@ def free_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], object] = 
 
 @dg.sensor(name="free_dead_runs", minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Fails local runs whose processes died and frees their gpu pool slots "
-           "(see batch_assets.dead_runs)")
+           "(see batch_assets.orchestration.dead_runs)")
 def free_dead_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     freed = free_dead_runs(context.instance, context.log.warning)
     return dg.SkipReason(f"freed the slots of dead runs {freed}" if freed else "no dead runs")

@@ -1,5 +1,5 @@
 """The `run` command's flags: the variables they set (`RUN_SETTINGS`, `apply_run_settings`) and the run config
-they ask for (`run_config_of`). Split from cli.py to keep modules small; cli.py imports them from here.
+they ask for (`run_config_of`). Split from commands.py to keep modules small; commands.py imports them from here.
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ import sys
 import time
 import uuid
 
+from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
 from batch_assets.exports.formats import FORMATS
-from batch_assets.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
 from batch_assets.settings import SettingError
-from batch_assets.storage import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 
 def _summary(storage, partition: str) -> str:
@@ -90,10 +90,10 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
-    from batch_assets.dead_runs import free_dead_runs
+    from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, failure_text
     from batch_assets.definitions import storage_from_env
-    from batch_assets.partitions import PartitionKeyError, check_partition_key, daily_partitions
-    from batch_assets.run_output import LAUNCH_TAG, RunWatcher, failure_text
+    from batch_assets.orchestration.dead_runs import free_dead_runs
+    from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key, daily_partitions
 
     try:
         partitions = [check_partition_key(partition)] if last is None else daily_partitions.get_partition_keys_in_range(
@@ -163,9 +163,9 @@ def transcribe_partition_job():
 
 def show(partition: str, unit: str | None = None) -> int:
     """Print a partition's (or one unit's) speaker-attributed transcript from the tables, as the UI shows it."""
-    from batch_assets import transcript_text
     from batch_assets.definitions import storage_from_env
-    from batch_assets.partitions import PartitionKeyError, check_partition_key
+    from batch_assets.exports import transcript_text
+    from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key
 
     storage = storage_from_env()
     try:
@@ -187,7 +187,7 @@ def export(partition: str, unit: str | None, format_: str, out: str) -> int:
     """Write a partition's (or one unit's) transcripts as files: `{out}/{unit_id}.{srt,vtt,txt,json,rttm}`."""
     from batch_assets.definitions import storage_from_env
     from batch_assets.exports.assets import export_frames, read_transcripts
-    from batch_assets.partitions import PartitionKeyError, check_partition_key
+    from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key
 
     storage = storage_from_env()
     try:
@@ -259,11 +259,11 @@ def _main(argv: list[str] | None) -> int:
                                help="fetch: load the configured models once, filling the caches")
     args = parser.parse_args(argv)
     if args.command == "models":
-        from batch_assets.models_fetch import fetch_models
+        from batch_assets.cli.models_fetch import fetch_models
 
         return fetch_models()
     if args.command == "dev":
-        from batch_assets.dev_server import dev
+        from batch_assets.cli.dev_server import dev
 
         return dev(args.host, args.port)
     if args.command == "show":
@@ -276,6 +276,3 @@ def _main(argv: list[str] | None) -> int:
     return run(args.partition, args.through, run_config_of(args.allow_shrink, args.allow_degrade, args.units, hints),
                args.verbose, args.units)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,11 +13,11 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from batch_assets.dead_runs import free_dead_runs, record_process_identity
-from batch_assets.guards import degrade_problem, systemic_problem
-from batch_assets.lease import LeaseLost, PartitionLease
+from batch_assets.orchestration.dead_runs import free_dead_runs, record_process_identity
+from batch_assets.orchestration.guards import degrade_problem, systemic_problem
 from batch_assets.settings import current_settings
-from batch_assets.storage import StorageConfigError, StorageResource
+from batch_assets.storage.lease import LeaseLost, PartitionLease
+from batch_assets.storage.resource import StorageConfigError, StorageResource
 
 GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
 # More than this share of the units with transcripts becoming fetch_failed/failed/changed_since_listed is refused.
@@ -25,7 +25,7 @@ DEGRADE_GUARD_FRACTION = current_settings().degrade_guard_fraction
 
 
 class DegradeConfig(dg.Config):
-    """The degrade guard's settings (`batch_assets/guards.py`), on every step that classes units."""
+    """The degrade guard's settings (`batch_assets/orchestration/guards.py`), on every step that classes units."""
 
     allow_degrade: bool = Field(
         default=False,

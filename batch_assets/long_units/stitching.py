@@ -19,9 +19,9 @@ import numpy as np
 import polars as pl
 
 from batch_assets.gpu.tables import segment_indices
-from batch_assets.results import ResultClass
-from batch_assets.speaker_hints import NO_HINTS, SpeakerHints
-from batch_assets.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
+from batch_assets.schema.results import SILENT_REASON, ResultClass
 
 
 def _rejoin(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -79,7 +79,7 @@ def _unit_class(outcomes: list[dict], windows: list[Window]) -> tuple[str, str]:
         return str(ResultClass.FAILED), (f"window {w.index} ({w.start_s:.0f}-{w.start_s + w.duration_s:.0f} s) of "
                                          f"{len(windows)}: {o['reason']}")[:500]
     if all(o["result_class"] == ResultClass.SILENT for o in outcomes):
-        return str(ResultClass.SILENT), "no speech detected by VAD"
+        return str(ResultClass.SILENT), SILENT_REASON
     return str(ResultClass.TRANSCRIBED), ""
 
 

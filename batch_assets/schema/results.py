@@ -37,6 +37,9 @@ INGEST_CLASSES = (
 )
 FINAL_CLASSES = tuple(c for c in ResultClass if c is not ResultClass.OK)
 
+# The reason of a `silent` unit (the section's, and a windowed unit's whose every window was silent).
+SILENT_REASON = "no speech detected by VAD"
+
 
 # Decoded audio may fall short of the declared duration by this much before the unit counts as truncated
 # (containers round their durations; resampling moves the last sample).

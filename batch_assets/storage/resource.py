@@ -25,11 +25,11 @@ import numpy as np
 import polars as pl
 from pydantic import Field
 
-from batch_assets import published
-from batch_assets.fs_paths import fsync_folder, is_local, remove_path
-from batch_assets.partition_outputs import PartitionOutputs
+from batch_assets.schema import published
+from batch_assets.storage.partition_outputs import PartitionOutputs
+from batch_assets.storage.paths import fsync_folder, is_local, remove_path
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE_URL = str(REPO_ROOT / "sample_data" / "audio")  # the embedded default; deployments set the env
 DEFAULT_STORAGE_URL = str(REPO_ROOT / "storage")
 SAMPLE_PARTITION = "2026-01-15"  # the day of the bundled sample (DEFAULT_SOURCE_URL)
@@ -148,7 +148,7 @@ class StorageResource(dg.ConfigurableResource):
         return url
 
     def write_published(self, frame: pl.DataFrame, asset: str, partition: str, name: str) -> str:
-        """An asset's table as analysts read it (`published.py`: a `day` column, ms times, described columns)."""
+        """An asset's table as analysts read it (`schema/published.py`: a `day` column, ms times, described columns)."""
         url = self.output_url(asset, partition, f"{name}.parquet")
         self.write_bytes(url, published.parquet_bytes(published.published(frame, partition)))
         return url

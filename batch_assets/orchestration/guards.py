@@ -25,7 +25,7 @@ import dataclasses
 
 import polars as pl
 
-from batch_assets.results import ResultClass
+from batch_assets.schema.results import ResultClass
 
 # what a unit with words becomes when storage, decoder or device fail it (the same bytes decoded before)
 DEGRADED_CLASSES = (str(ResultClass.FETCH_FAILED), str(ResultClass.FAILED), str(ResultClass.CHANGED_SINCE_LISTED),

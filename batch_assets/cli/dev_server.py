@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from batch_assets.storage import REPO_ROOT
+from batch_assets.storage.resource import REPO_ROOT
 
 
 def dev(host: str, port: int, grace_s: float = 10.0) -> int:

@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from batch_assets.columns import COLUMN_DESCRIPTIONS
+from batch_assets.schema.columns import COLUMN_DESCRIPTIONS
 
 DAY = "day"
 TIME_COLUMNS = frozenset({

@@ -13,21 +13,34 @@ import posixpath
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import fsspec
 import numpy as np
 import polars as pl
 
-from batch_assets.fs_paths import is_local, remove_empty_folders, remove_path
+from batch_assets.storage.paths import is_local, remove_empty_folders, remove_path
 
-if TYPE_CHECKING:
-    from batch_assets.storage import StorageResource
+
+class OutputStorage(Protocol):
+    """What a materialization's outputs need of the storage (`storage/resource.py: StorageResource` has it); a
+    protocol, so that the resource, which makes these objects, and this module do not import each other."""
+
+    def filesystem(self, url: str) -> tuple[fsspec.AbstractFileSystem, str]: ...
+
+    def output_url(self, asset: str, partition: str, *name: str) -> str: ...
+
+    def write_published(self, frame: pl.DataFrame, asset: str, partition: str, name: str) -> str: ...
+
+    def write_array(self, array: np.ndarray, asset: str, partition: str, name: str) -> str: ...
+
+    def write_bytes(self, url: str, data: bytes) -> None: ...
 
 
 class PartitionOutputs:
     """The files one materialization writes under `{storage_url}/{asset}/{partition}/`."""
 
-    def __init__(self, storage: StorageResource, asset: str, partition: str, fence: Callable[[], None] = lambda: None):
+    def __init__(self, storage: OutputStorage, asset: str, partition: str, fence: Callable[[], None] = lambda: None):
         self.storage, self.asset, self.partition, self.fence = storage, asset, partition, fence
         self.written: set[str] = set()
         # names this materialization's array folder: sortable by time, unique across writers

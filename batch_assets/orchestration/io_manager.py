@@ -18,7 +18,7 @@ import posixpath
 import dagster as dg
 
 from batch_assets.gpu.shard_values import VALUE_TYPES, from_json, to_json
-from batch_assets.storage import StorageResource
+from batch_assets.storage.resource import StorageResource
 
 VALUES_FOLDER = ".dagster-io"
 

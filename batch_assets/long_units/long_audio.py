@@ -18,7 +18,7 @@ import numpy as np
 
 from batch_assets.audio.decode import TARGET_SAMPLE_RATE, decode_file, suffix_of
 
-SAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[1] / "sample_data"
+SAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[2] / "sample_data"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Dialogue:
 def sample_audio_paths(root: pathlib.Path = SAMPLE_ROOT, speech_only: bool = False) -> list[pathlib.Path]:
     """The sample partitions' audio files, in path order: their speaker-hint sidecars left out, and with
     `speech_only` the silent room too (the benches cut their corpora from these)."""
-    from batch_assets.speaker_hints import SIDECAR_SUFFIX
+    from batch_assets.ingest.speaker_hints import SIDECAR_SUFFIX
 
     return [p for p in sorted((root / "audio").rglob("*")) if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX)
             and not (speech_only and "silence" in p.parts)]

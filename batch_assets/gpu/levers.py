@@ -1,0 +1,25 @@
+"""The section's levers for one run, typed: what `run_section` and the section's stages read. No Dagster.
+
+Its own module so that the runner and the section both read it without importing each other; the run config
+(`gpu/run_config.py: LeverConfig`) and the switch registry (`batch_assets/switches.py`) name the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Levers:
+    """The section's switches and settings for one run (run config, defaults from the environment)."""
+
+    prepare_flight_enabled: bool = True
+    vad_segmentation_reuse_enabled: bool = True
+    asr_cuda_graphs_enabled: bool = True
+    embedding_shared_trunk_enabled: bool = True
+    batch_across_units_enabled: bool = True
+    host_overlap_enabled: bool = True
+    half_precision_enabled: bool = False
+    decode_budget_seconds: float = 1800.0
+    prepare_workers: int = 1
+    asr_batch_size: int = 16
