@@ -82,6 +82,8 @@ def test_a_second_writer_waits_for_or_names_the_run_writing_the_partition(tmp_pa
         failure = next(str(e.event_specific_data.error) for e in refused.all_events
                        if e.event_type_value == "STEP_FAILURE")
         assert f"partition {P} is being written by run other-run" in failure
+        # waited lease_wait_seconds once, then failed: a step retry would wait again, and again (docs/operations.md)
+        assert not [e for e in refused.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
         assert not (tmp_path / "storage" / "fetched_audio").exists()
     finally:
         holder.send_signal(signal.SIGKILL)  # the holder dies without releasing: its lease expires (ttl 6 s)

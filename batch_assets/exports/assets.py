@@ -16,7 +16,7 @@ import polars as pl
 from batch_assets.exports.formats import FORMATS, exported_units, partition_files
 from batch_assets.gate.checks import each_partition
 from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
-from batch_assets.orchestration.steps import lease_lost_fails, lease_wait_field, partition_lease, preflight
+from batch_assets.orchestration.steps import lease_refusals_fail, lease_wait_field, partition_lease, preflight
 from batch_assets.schema.columns import table_schema
 from batch_assets.storage.resource import StorageResource
 
@@ -53,7 +53,7 @@ def transcript_exports(context: dg.AssetExecutionContext, config: ExportConfig,
     preflight(context, storage)
     for partition in context.partition_keys:
         lease = partition_lease(context, storage, partition)
-        with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning):
+        with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning):
             context.add_asset_metadata(export_partition(storage, partition, lease.check), partition_key=partition)
     return dg.MaterializeResult()
 

@@ -28,7 +28,7 @@ from batch_assets.gpu.stop_requests import StopRequests
 from batch_assets.gpu.tables import TABLE_SCHEMAS, keep_other_units, tables_to_keep, transcript_tables
 from batch_assets.long_units.stitching import stitch
 from batch_assets.long_units.windows import window_pieces
-from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_lost_fails, partition_lease
+from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_refusals_fail, partition_lease
 from batch_assets.storage.paths import remove_path
 from batch_assets.storage.resource import StorageResource
 
@@ -39,7 +39,7 @@ def assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, stor
     mine = sorted(reports, key=lambda r: r.shard)
     lease = partition_lease(context, storage, partition)
     # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
-    with lease_lost_fails(), lease.held(log=context.log.warning, release_on_error=False):
+    with lease_refusals_fail(), lease.held(log=context.log.warning, release_on_error=False):
         try:
             metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run,
                                           stops)

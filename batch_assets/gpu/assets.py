@@ -36,7 +36,7 @@ from batch_assets.gpu.tables import tables_to_keep
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
-from batch_assets.orchestration.steps import GPU_ASSET_KEYS, partition_lease, preflight
+from batch_assets.orchestration.steps import GPU_ASSET_KEYS, lease_refusals_fail, partition_lease, preflight
 from batch_assets.storage.resource import StorageResource
 
 GROUP = "gpu"
@@ -73,8 +73,8 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
         raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",
                          allow_retries=False)
     for partition in partitions:
-        with partition_lease(context, storage, partition).held(config.lease_wait_seconds, context.log.warning,
-                                                               release=False):
+        with lease_refusals_fail(), partition_lease(context, storage, partition).held(
+                config.lease_wait_seconds, context.log.warning, release=False):
             manifest = storage.read_parquet("fetched_audio", partition, "manifest")
             chosen = selected_units(config.units, manifest)
             if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing

@@ -24,7 +24,7 @@ from batch_assets.gpu.stop_requests import StopRequests
 from batch_assets.ingest.speaker_hints import NO_HINTS
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
-from batch_assets.orchestration.steps import lease_lost_fails, partition_lease
+from batch_assets.orchestration.steps import lease_refusals_fail, partition_lease
 from batch_assets.storage.resource import StorageResource
 from batch_assets.switches import SWITCHES
 
@@ -64,7 +64,7 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     partition, root = shard.partition, root_run_id(context)
     lease = partition_lease(context, storage, partition)
     commits = FlightCommits(storage, partition, root, fence=lease.check)
-    with lease_lost_fails(), lease.held(log=context.log.warning, release=False,
+    with lease_refusals_fail(), lease.held(log=context.log.warning, release=False,
                                         release_on_error=False):  # siblings work
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
         executing = executing_shards(context.run.step_keys_to_execute, partition, shard.shards)

@@ -23,7 +23,7 @@ from batch_assets.orchestration.steps import (
     DegradeConfig,
     class_counts,
     guard_degradation,
-    lease_lost_fails,
+    lease_refusals_fail,
     lease_wait_field,
     partition_lease,
     preflight,
@@ -119,7 +119,7 @@ def fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, stor
                     partition: str) -> dict:
     keep = written_later_in_run(context, ("prepared_flights", *GPU_ASSET_KEYS))
     lease = partition_lease(context, storage, partition)
-    with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
+    with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
         return _fetch_partition(context, config, storage, partition, lease)
 
 
@@ -204,7 +204,7 @@ def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, 
                       partition: str) -> dict:
     keep = written_later_in_run(context, GPU_ASSET_KEYS)
     lease = partition_lease(context, storage, partition)
-    with lease_lost_fails(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
+    with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release=not keep):
         return _prepare_partition(context, config, storage, partition, lease)
 
 

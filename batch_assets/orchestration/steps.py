@@ -16,7 +16,7 @@ from pydantic import Field
 from batch_assets.orchestration.dead_runs import free_dead_runs, record_process_identity
 from batch_assets.orchestration.guards import degrade_problem, systemic_problem
 from batch_assets.settings import current_settings
-from batch_assets.storage.lease import LeaseLost, PartitionLease
+from batch_assets.storage.lease import LeaseHeld, LeaseLost, PartitionLease
 from batch_assets.storage.resource import StorageConfigError, StorageResource
 
 GPU_ASSET_KEYS = ("vad_scores", "diarization", "transcripts")
@@ -96,12 +96,13 @@ def partition_lease(context, storage: StorageResource, partition: str) -> Partit
 
 
 @contextlib.contextmanager
-def lease_lost_fails() -> Iterator[None]:
-    """A write refused by the lease's fencing (`LeaseLost`) fails the step, not retried: another run has the
-    partition."""
+def lease_refusals_fail() -> Iterator[None]:
+    """The lease's refusals fail the step, not retried: a lease another live run still held after
+    `lease_wait_seconds` (`LeaseHeld`: a retry would wait that long again, twice), and a write refused by the
+    lease's fencing (`LeaseLost`: another run has the partition)."""
     try:
         yield
-    except LeaseLost as error:
+    except (LeaseHeld, LeaseLost) as error:
         raise dg.Failure(description=str(error), allow_retries=False) from error
 
 
