@@ -109,8 +109,17 @@ def env_path(name: str, default: pathlib.Path, environ: Mapping[str, str] | None
 
 
 def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    """Each switch's deployment default (`switches.SWITCHES`): unset or empty means the registry's default."""
-    return {s.name: env_bool(s.env_var, s.default, environ) for s in SWITCHES}
+    """Each switch's deployment default (`switches.SWITCHES`): unset or empty means the registry's default. One
+    `SettingError` names every switch variable that does not parse, one line each."""
+    values, errors = {}, []
+    for switch in SWITCHES:
+        try:
+            values[switch.name] = env_bool(switch.env_var, switch.default, environ)
+        except SettingError as error:
+            errors.append(str(error))
+    if errors:
+        raise SettingError("\n".join(errors))
+    return values
 
 
 @dataclasses.dataclass(frozen=True)

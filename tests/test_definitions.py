@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import dagster as dg
 import pytest
 
 from batch_assets.definitions import defs
-from batch_assets.settings import SettingError, env_bool, env_fraction, env_int, read_switch_defaults
+from batch_assets.settings import SettingError, Settings, env_bool, env_fraction, env_int, read_switch_defaults
 from batch_assets.switches import SWITCH_ENV_VARS
 
 ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
@@ -76,13 +77,6 @@ def test_code_location_load_imports_no_model_library():
     print(f"code location import: {float(seconds):.2f} s")
 
 
-@pytest.mark.parametrize("variable", sorted(SWITCH_ENV_VARS.values()))
-def test_bad_switch_value_stops_the_code_location_with_a_clear_error(variable):
-    probe = _python("import batch_assets.definitions", {variable: "yes please"})
-    assert probe.returncode != 0
-    assert variable in probe.stderr and "'true' or 'false'" in probe.stderr
-
-
 def test_switch_env_defaults_reach_run_config_defaults():
     probe = _python(
         "from batch_assets.gpu.run_config import GpuSectionConfig as C; c=C(); "
@@ -118,21 +112,29 @@ def test_integer_and_fraction_settings_name_the_variable_and_the_range():
         env_fraction("F", 0.5, {"F": "2"})
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "message"),
-    [
-        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "0", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN=0 is out of range"),
-        ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc",
-         "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer"),
-        ("BATCH_ASSETS_SCHEDULE_RUNNING", "yes", "BATCH_ASSETS_SCHEDULE_RUNNING='yes' is not a valid boolean"),
-        ("BATCH_ASSETS_SHRINK_GUARD_FRACTION", "1.5", "BATCH_ASSETS_SHRINK_GUARD_FRACTION=1.5 is out of range"),
-        ("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", "1.5", "BATCH_ASSETS_DEGRADE_GUARD_FRACTION=1.5 is out of range"),
-    ],
-)
-def test_a_bad_setting_stops_the_code_location_naming_itself(variable, value, message):
-    probe = _python("import batch_assets.definitions", {variable: value})
+BAD_SETTINGS = [  # (variable, value, what the error must say)
+    *((variable, "yes please", f"{variable}='yes please'") for variable in sorted(SWITCH_ENV_VARS.values())),
+    ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "0", "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN=0 is out of range"),
+    ("BATCH_ASSETS_SCHEDULE_RUNNING", "yes", "BATCH_ASSETS_SCHEDULE_RUNNING='yes' is not a valid boolean"),
+    ("BATCH_ASSETS_SHRINK_GUARD_FRACTION", "1.5", "BATCH_ASSETS_SHRINK_GUARD_FRACTION=1.5 is out of range"),
+    ("BATCH_ASSETS_DEGRADE_GUARD_FRACTION", "1.5", "BATCH_ASSETS_DEGRADE_GUARD_FRACTION=1.5 is out of range"),
+]
+
+
+def test_bad_settings_stop_the_code_location_naming_each_variable():
+    """One process, every bad value at once (one interpreter start instead of one per variable): the code location's
+    import fails, and its error names each variable with what is wrong with it; each alone is refused the same way
+    by the parser the import runs (`Settings.from_env`)."""
+    probe = _python("import batch_assets.definitions", {variable: value for variable, value, _ in BAD_SETTINGS})
     assert probe.returncode != 0
-    assert message in probe.stderr
+    for variable, _, message in BAD_SETTINGS:
+        assert message in probe.stderr, (variable, probe.stderr[-3000:])
+    assert "'true' or 'false'" in probe.stderr
+    not_an_integer = ("BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN", "abc",
+                      "BATCH_ASSETS_BACKFILL_PARTITIONS_PER_RUN='abc' is not an integer")
+    for variable, value, message in [*BAD_SETTINGS, not_an_integer]:
+        with pytest.raises(SettingError, match=re.escape(message)):
+            Settings.from_env({variable: value})
 
 
 @pytest.mark.slow
