@@ -12,6 +12,7 @@ exercises the real s3fs/botocore stack and our own retries over real HTTP.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import http.client
 import http.server
@@ -121,7 +122,8 @@ class FaultProxy:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # a short poll: stop() returns within it (the default 0.5 s was most of a test's S3 set-up)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -132,15 +134,28 @@ class FaultProxy:
 
 
 class S3Server:
-    """moto on 127.0.0.1 (a free port), plus the fault proxy in front of it."""
+    """moto on 127.0.0.1 (a free port), plus a fault proxy of this server's own in front of it.
+
+    moto's state is per process whatever its servers (a bucket per test), so one moto server is started on first
+    use and kept for the process (the test session): each `S3Server` costs a fresh proxy, not a server start."""
+
+    _moto: ThreadedMotoServer | None = None
 
     def __init__(self, flaky_failures: int = 2):
-        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.flaky_failures = flaky_failures
 
+    @classmethod
+    def _shared_moto(cls) -> ThreadedMotoServer:
+        if cls._moto is None:
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)
+            moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            moto.start()
+            atexit.register(moto.stop)
+            cls._moto = moto
+        return cls._moto
+
     def __enter__(self) -> S3Server:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self.moto.start()
+        self.moto = self._shared_moto()
         self.port = self.moto._server.server_port  # the port the OS gave us
         self.proxy = FaultProxy(self.port, self.flaky_failures)
         self.proxy.start()
@@ -148,7 +163,6 @@ class S3Server:
 
     def __exit__(self, *exc) -> None:
         self.proxy.stop()
-        self.moto.stop()
 
     @property
     def endpoint(self) -> str:
