@@ -18,8 +18,9 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# --durations: the slowest tests and fixtures, printed after every run (where the suite's time goes)
 test: setup lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=15
 
 # the tests marked neither e2e (the job, a server, a deployment) nor slow nor gpu (pyproject.toml: markers)
 test-fast: setup lint

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+
+import dagster as dg
 import numpy as np
 import pytest
 
+from batch_assets.gate.checks import transcripts_checks
+from batch_assets.gpu.assets import gpu_section
 from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
-from .conftest import make_resources, materialize_partition
+from .conftest import make_resources
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 
@@ -25,11 +31,18 @@ def section_metadata(result) -> dict:
 
 
 @pytest.fixture(scope="module")
-def variant_runs(tmp_path_factory, lock_dir):
+def variant_runs(tmp_path_factory, lock_dir, sample_run):
+    """Each variant's GPU section (its three assets and their checks) on the sample run's ingest outputs: the
+    levers live in the GPU section alone, so ingest and exports (which `sample_run` ran) are not run again."""
     runs = {}
     for name, switches in VARIANTS.items():
-        resources = make_resources(tmp_path_factory.mktemp("storage-variant"), lock_dir)
-        result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": switches}}})
+        root = tmp_path_factory.mktemp("storage-variant")
+        for asset in ("fetched_audio", "prepared_flights"):
+            shutil.copytree(pathlib.Path(sample_run[1].storage_url) / asset, root / asset)
+        resources = make_resources(root, lock_dir)
+        result = dg.materialize([gpu_section, *transcripts_checks], partition_key=SAMPLE_PARTITION,
+                                resources=resources, instance=dg.DagsterInstance.ephemeral(),
+                                run_config={"ops": {"gpu_section": {"config": switches}}})
         assert result.success
         runs[name] = (result, resources["storage"])
     return runs

@@ -131,11 +131,11 @@ def test_the_ui_backfill_launches_whatever_the_hash_seed(tmp_path, lock_dir, see
 
 
 def _launch_and_run(client: DagsterGraphQLClient, storage: pathlib.Path, log: pathlib.Path) -> None:
+    # both launched at once: the run goes while the backfill waits for the daemon's next tick (30 s)
     run_id = client.submit_job_execution("transcribe_partition", tags={"dagster/partition": "2026-02-01"})
+    backfill_id = _launch_backfill(client)
     assert _wait_for_run(client, run_id) == "SUCCESS", log.read_text()[-4000:]
     assert _tables_exist(storage, "2026-02-01")
-
-    backfill_id = _launch_backfill(client)
 
     deadline, status = time.time() + 900, None
     while time.time() < deadline:
