@@ -172,7 +172,7 @@ def _run_with_a_broken_gpu(storage_root: str, source: str, lock_dir: str, answer
 
 
 @pytest.mark.e2e
-def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp_path, lock_dir):
+def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp_path, lock_dir, monkeypatch):
     """Finding 2, end to end: the first flight (silent: no ASR) commits, the second hits the broken GPU."""
     source = tmp_path / "source" / COLD_DAY
     (source / "a_quiet").mkdir(parents=True)
@@ -189,6 +189,8 @@ def test_a_broken_gpu_fails_the_step_keeps_the_day_and_the_committed_flights(tmp
     answers = multiprocessing.get_context("spawn").Queue()
     child = multiprocessing.get_context("spawn").Process(
         target=_run_with_a_broken_gpu, args=(str(storage_root), str(tmp_path / "source"), str(lock_dir), answers))
+    # the child's GPU step is retried after 1 s, not the default 30 s (its environment is this one at start)
+    monkeypatch.setenv("BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS", "1")
     child.start()
     answer = answers.get(timeout=600)
     child.join(60)

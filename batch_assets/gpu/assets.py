@@ -37,9 +37,12 @@ from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
 from batch_assets.orchestration.steps import GPU_ASSET_KEYS, lease_refusals_fail, partition_lease, preflight
+from batch_assets.settings import current_settings
 from batch_assets.storage.resource import StorageResource
 
 GROUP = "gpu"
+# a failed GPU step is retried once (a device fault: in a fresh process or pod), after the configured delay
+GPU_RETRY = dg.RetryPolicy(max_retries=1, delay=current_settings().gpu_retry_delay_seconds)
 GPU_POOL = "gpu"
 GPU_K8S_CONFIG = {
     "container_config": {
@@ -100,7 +103,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
     out=dg.Out(ShardReport, io_manager_key=GPU_IO),
     pool=GPU_POOL,
     tags={"dagster-k8s/config": GPU_K8S_CONFIG},
-    retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
+    retry_policy=GPU_RETRY,
     description="One shard of a partition through VAD -> diarization -> ASR in the locked section, a commit per flight",
 )
 def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
@@ -114,7 +117,7 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
     pool=GPU_POOL,
     tags={"dagster-k8s/config": GPU_K8S_CONFIG},
-    retry_policy=dg.RetryPolicy(max_retries=1, delay=30),
+    retry_policy=GPU_RETRY,
     description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble "
     "each partition's three tables from the commits and replace them atomically",
 )
