@@ -119,6 +119,25 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
     assert sorted(p.name for p in (tmp_path / ".leases" / "race").iterdir()) == ["gen-000001.json"]  # no temporary left
 
 
+def test_two_steps_of_one_run_taking_over_a_dead_runs_lease_both_hold_it(tmp_path):
+    """A re-execution's shard steps start together and both find the dead run's lease: one takes it over, and the
+    other, whose claim lost that race, reads the lease again and finds it its own run's (it once failed naming the
+    dead run, which the step's retry 30 s later hid)."""
+    storage = StorageResource(storage_url=str(tmp_path / "storage"))
+    dead = PartitionLease(storage, P, holder="dead-run")
+    dead.acquire()
+    sibling = PartitionLease(storage, P, holder="new-run", holder_alive=lambda run: run != "dead-run")
+
+    def alive_after_the_sibling_took_it(run: str) -> bool:  # read the dead run's record; the sibling claims now
+        if sibling.generation is None:
+            sibling.acquire()
+        return run != "dead-run"
+
+    step = PartitionLease(storage, P, holder="new-run", holder_alive=alive_after_the_sibling_took_it)
+    step.acquire()  # wait 0: no waiting, as a shard step
+    assert step.generation == sibling.generation == 2
+
+
 def test_a_waiting_writer_reads_a_lease_renewed_under_it(tmp_path):
     """The holder's renewal can land between a waiting writer's requests: the waiter reads the record whole (one
     GET), never half of one version and half of the next (s3fs's HEAD then ranged GET raised FileExpired there)."""

@@ -175,22 +175,26 @@ class PartitionLease:
         return record["expires_unix"] < time.time()
 
     def acquire(self, wait_s: float = 0.0, log: Callable[[str], object] = print, poll_s: float = 2.0) -> None:
-        started, last_log = time.monotonic(), -1e9
+        started, last_log, lost_claims = time.monotonic(), -1e9, 0
         while True:
             generation, record = self._current()
             if record is not None and record["holder"] == self.holder and not record["released"]:
                 self.generation = generation  # ours already (another step of this run, a retry): renew it
                 self.renew()
                 return
-            if self._free(record) and self._claim(generation + 1):
-                self.generation = generation + 1
-                if record is not None and "unreadable" in record:
-                    log(f"partition {self.partition}: lease record {record['unreadable']}, older than the ttl of "
-                        f"{self.ttl_s:.0f} s: treated as expired, took generation {generation + 1}")
-                elif record is not None and not record["released"]:
-                    log(f"partition {self.partition}: took over the lease of run {record['holder']} "
-                        "(expired or finished)")
-                return
+            if self._free(record):
+                if self._claim(generation + 1):
+                    self.generation = generation + 1
+                    if record is not None and "unreadable" in record:
+                        log(f"partition {self.partition}: lease record {record['unreadable']}, older than the ttl "
+                            f"of {self.ttl_s:.0f} s: treated as expired, took generation {generation + 1}")
+                    elif record is not None and not record["released"]:
+                        log(f"partition {self.partition}: took over the lease of run {record['holder']} "
+                            "(expired or finished)")
+                    return
+                if lost_claims < 10:  # another writer claimed it between our read and our claim (a sibling step
+                    lost_claims += 1  # of this run taking over the same dead run's lease, say): read it again
+                    continue
             waited = time.monotonic() - started
             holder = record["holder"] if record else "?"
             if waited >= wait_s:
