@@ -18,13 +18,15 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# -n: pytest-xdist workers (a file's tests stay on one worker, the longest files first: tests/conftest.py);
 # --durations: the slowest tests and fixtures, printed after every run (where the suite's time goes)
+TEST_WORKERS ?= 2
 test: setup lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=15
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # the tests marked neither e2e (the job, a server, a deployment) nor slow nor gpu (pyproject.toml: markers)
 test-fast: setup lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not e2e and not slow and not gpu"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not e2e and not slow and not gpu"
 
 # dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli/commands.py: dev)
 DEV_PORT ?= 3000

@@ -27,10 +27,45 @@ import pytest
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
+# torch threads for this test process and the runs it launches: the cores split between pytest-xdist's workers
+# (threads beyond a process's share of the cores slow every process on the machine many times over)
+TORCH_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked `gpu` need a CUDA device: skipped, saying so, where there is none."""
+# The groups that take longest, longest first (`make test` prints the slowest tests): pytest-xdist's workers take
+# them first, so no long group starts last while the other worker idles. A group is a test file (its tests share
+# the file's fixtures); test_deployed is one group per configuration (each builds its own deployment).
+LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_deployed[local]", "test_webserver", "test_reliability",
+                 "test_long_units", "test_section_lock", "test_embedding_trunk", "test_flight_batching",
+                 "test_nothing_worse", "test_dev", "test_switches", "test_sample_partition"]
+
+
+def suite_group(nodeid: str) -> str:
+    """The group of a test id (`tests/test_deployed.py::test_x[s3-postgres-...]` is `test_deployed[s3-postgres]`)."""
+    group = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    if group == "test_deployed":
+        return f"{group}[{'s3-postgres' if '[s3-postgres' in nodeid else 'local'}]"
+    return group
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (`make test` runs two workers): whole groups to a worker, in the collection's order (longest
+    first), not xdist's own reordering by the number of tests."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return suite_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByGroup(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a CUDA device: skipped, saying so, where there is none. After pytest's own ordering,
+    the longest groups go first (a stable sort: the order within a group stays pytest's)."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if gpu:
         import torch
@@ -38,13 +73,17 @@ def pytest_collection_modifyitems(config, items) -> None:
         if not torch.cuda.is_available():
             for item in gpu:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)"))
+    result = yield
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(suite_group(item.nodeid), len(rank)))
+    return result
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _torch_threads() -> None:
     import torch
 
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(TORCH_THREADS)
 
 
 @pytest.fixture(scope="session")

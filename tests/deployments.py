@@ -33,6 +33,8 @@ import yaml
 
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
+from .conftest import TORCH_THREADS
+
 ISOLATED = pathlib.Path(__file__).resolve().parent / "isolated"
 # what a local run's step processes are forked from: the code location and everything a GPU step imports
 FORKSERVER = {"config": {"multiprocess": {"start_method": {"forkserver": {"preload_modules": [
@@ -139,7 +141,7 @@ def local(work: pathlib.Path, source: pathlib.Path) -> Deployment:
     storage = StorageResource(source_url=str(source), storage_url=str(work / "storage"))
     env = {"DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": storage.source_url,
            "BATCH_ASSETS_STORAGE_URL": storage.storage_url, "BATCH_ASSETS_LOCK_DIR": str(work / "locks"),
-           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "2", "PYTHONWARNINGS": "ignore"}
+           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore"}
     return Deployment("local", home, env, storage, work, execution=FORKSERVER)
 
 
@@ -169,7 +171,7 @@ def s3_postgres(work: pathlib.Path, s3, postgres, bucket_prefix: str, sample: pa
            "BATCH_ASSETS_SOURCE_URL": storage.source_url, "BATCH_ASSETS_STORAGE_URL": storage.storage_url,
            "BATCH_ASSETS_S3_ENDPOINT_URL": s3.faulty_endpoint, "AWS_REGION": "us-east-1",
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": "2", "PYTHONWARNINGS": "ignore",
+           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore",
            "PYTHONPATH": os.pathsep.join([str(ISOLATED), str(REPO_ROOT)]),
            "BATCH_ASSETS_TEST_PROCESS_ROOT": str(work / "processes")}
     return Deployment("s3-postgres", home, env, storage, work)

@@ -61,9 +61,15 @@ def assert_same_diarization(stock, shared):
     assert list(shared.embeddings) == list(stock.embeddings)  # the same speaker labels, in order
 
 
-def test_tiny_shared_trunk_gives_stock_turns_labels_and_embeddings(tiny):
-    for name in ("meetings/standup.wav", "calls/2026/interview.ogg", "meetings/planning.mp3"):
-        stock, shared = both_ways(tiny, speech(name, 45))
+@pytest.fixture(scope="module")
+def tiny_both_ways(tiny) -> dict:
+    """Three sample files' first 45 s diarized both ways by the tiny pipeline (two tests read them)."""
+    names = ("meetings/standup.wav", "calls/2026/interview.ogg", "meetings/planning.mp3")
+    return {name: both_ways(tiny, speech(name, 45)) for name in names}
+
+
+def test_tiny_shared_trunk_gives_stock_turns_labels_and_embeddings(tiny_both_ways):
+    for stock, shared in tiny_both_ways.values():
         assert stock.embedding_work.path == STOCK_SWITCHED_OFF and shared.embedding_work.path == SHARED_TRUNK
         assert_same_diarization(stock, shared)
         for label in stock.embeddings:
@@ -96,8 +102,8 @@ def test_production_shaped_shared_trunk_gives_stock_turns_labels_and_embeddings(
     assert stock.embedding_work.trunk_forwards == stock.embedding_work.pairs == 3 * stock.embedding_work.chunks
 
 
-def test_trunk_runs_at_most_once_per_chunk_and_pools_only_active_pairs(tiny):
-    stock, shared = both_ways(tiny, speech("meetings/standup.wav", 45))
+def test_trunk_runs_at_most_once_per_chunk_and_pools_only_active_pairs(tiny_both_ways):
+    stock, shared = tiny_both_ways["meetings/standup.wav"]
     s, w = stock.embedding_work, shared.embedding_work
     assert s.chunks == w.chunks > 0 and s.pairs == w.pairs == 3 * w.chunks
     assert s.trunk_forwards == s.pooled_pairs == s.pairs  # measured by a forward hook on the model: one per pair

@@ -8,6 +8,7 @@ import hashlib
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -370,7 +371,7 @@ def test_sigterm_in_the_gpu_step_fails_the_run_and_frees_its_slot(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
-    code = ("from batch_assets.gpu.lock import device_section\n"
+    code = ("from batch_assets.gpu.lock import device_section\nprint('waiting', flush=True)\n"
             f"with device_section({str(tmp_path)!r}, 'cpu'):\n    print('entered', flush=True)\n")
     def default_signals() -> None:
         # What a run worker starts with. The test runner's own state must not leak in: once, in a full suite run,
@@ -384,7 +385,9 @@ def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
     with filelock.FileLock(str(lock_path(str(tmp_path), "cpu"))):
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                                 preexec_fn=default_signals)  # noqa: PLW1509 (signal state only, no locks taken)
-        time.sleep(3)  # importing and waiting on the lock
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready and proc.stdout.readline() == "waiting\n"  # imported: it goes for the lock next
+        time.sleep(0.3)  # well inside filelock's polling (every 0.05 s)
         assert proc.poll() is None
         sent = time.monotonic()
         proc.send_signal(sig)

@@ -99,11 +99,11 @@ def test_the_lease_over_s3_is_exclusive_and_renewed(tmp_path):
     with S3Server() as s3:
         s3.client().create_bucket(Bucket="leases")
         storage = s3.storage("leases")
-        first = PartitionLease(storage, P, holder="run-a", ttl_s=6.0)
-        second = PartitionLease(storage, P, holder="run-b", ttl_s=6.0)
+        first = PartitionLease(storage, P, holder="run-a", ttl_s=3.0)
+        second = PartitionLease(storage, P, holder="run-b", ttl_s=3.0)
         with first.held():
             with pytest.raises(LeaseHeld, match="being written by run run-a"):
-                second.acquire(wait_s=7.0, poll_s=1.0)  # run-a renews every ttl/3: its lease never expires while held
+                second.acquire(wait_s=3.5, poll_s=0.5)  # run-a renews every ttl/3: its lease never expires while held
         second.acquire(wait_s=0.0)  # released: free at once
         assert second.generation == 2
         # a finished holder (known to the instance) frees its lease at once, however long its ttl
