@@ -108,18 +108,24 @@ def env_path(name: str, default: pathlib.Path, environ: Mapping[str, str] | None
     return default if raw is None else pathlib.Path(raw).expanduser()
 
 
-def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    """Each switch's deployment default (`switches.SWITCHES`): unset or empty means the registry's default. One
-    `SettingError` names every switch variable that does not parse, one line each."""
+def read_each(readers: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Each reader's value by name; one `SettingError` naming every variable that does not parse, one line each
+    (not only the first)."""
     values, errors = {}, []
-    for switch in SWITCHES:
+    for name, read in readers.items():
         try:
-            values[switch.name] = env_bool(switch.env_var, switch.default, environ)
+            values[name] = read()
         except SettingError as error:
             errors.append(str(error))
     if errors:
         raise SettingError("\n".join(errors))
     return values
+
+
+def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """Each switch's deployment default (`switches.SWITCHES`): unset or empty means the registry's default."""
+    return read_each({switch.name: functools.partial(env_bool, switch.env_var, switch.default, environ)
+                      for switch in SWITCHES})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,18 +218,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Every setting parsed; a `SettingError` naming each variable that does not parse (one line each)."""
         environ = os.environ if environ is None else environ
-        values, errors = {}, []
-        for name, variable in variables().items():
-            try:
-                values[name] = variable.read(environ)
-            except SettingError as error:
-                errors.append(str(error))
-        try:
-            values["switch_defaults"] = types.MappingProxyType(read_switch_defaults(environ))
-        except SettingError as error:
-            errors.append(str(error))
-        if errors:
-            raise SettingError("\n".join(errors))
+        readers = {name: functools.partial(variable.read, environ) for name, variable in variables().items()}
+        readers["switch_defaults"] = lambda: types.MappingProxyType(read_switch_defaults(environ))
+        values = read_each(readers)
         stripped = {n: _raw(n, environ) for n in variable_names() | {s.env_var for s in SWITCHES}}
         set_ = {n: value for n, value in stripped.items() if value is not None}
         return cls(**values, set_variables=frozenset(set_),

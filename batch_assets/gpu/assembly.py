@@ -104,7 +104,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         fragments, plan,
         write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
             "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
-        read_array=storage.read_array, hints={uid: unit for uid, (unit, _) in hints.items()},
+        read_array=storage.read_array, hints={uid: unit.hints for uid, unit in hints.items()},
         threshold=config.speaker_link_threshold)
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()

@@ -49,10 +49,10 @@ def decode_in_mode(model, device, enabled: bool, audio: dict[str, np.ndarray], s
                    settings):
     """(settings, words, info): the segments decoded with CUDA graphs `enabled`, the decoder's mode checked before
     and after (`DecoderModeError` when it is not the one asked for), the call timed with the device synchronized."""
-    settings = apply_decoder_mode(model, enabled, settings)
-    before = check_decoder_mode(model, device, enabled, "before")
     import torch
 
+    settings = apply_decoder_mode(model, enabled, settings)
+    before = check_decoder_mode(model, device, enabled, "before")
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     synchronize()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.ingest.flights import DECODE_BUDGET_S
-from batch_assets.ingest.speaker_hints import HintError, SpeakerHints, unit_hints
+from batch_assets.ingest.speaker_hints import AppliedHints, HintError, SpeakerHints, unit_hints
 from batch_assets.long_units.windows import LINK_THRESHOLD
 from batch_assets.orchestration.steps import DegradeConfig, lease_wait_field
 from batch_assets.settings import current_settings
@@ -57,8 +57,8 @@ def run_hints(config: HintsConfig) -> SpeakerHints:
                          allow_retries=False) from None
 
 
-def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, tuple[SpeakerHints, str | None]]:
-    """Each unit's (hints, their source): its sidecar's (read into the manifest by `fetched_audio`), else the
+def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str, AppliedHints]:
+    """Each unit's hints and their source: its sidecar's (read into the manifest by `fetched_audio`), else the
     run's. Looked up once per step: the shard steps give them to diarization, the assembly to the stitching and
     to the units table's hint columns."""
     return {row["unit_id"]: unit_hints(hints, row) for row in manifest.iter_rows(named=True)}

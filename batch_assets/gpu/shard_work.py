@@ -21,7 +21,7 @@ from batch_assets.gpu.resume import PlannedFlight, executing_shards, owned_fligh
 from batch_assets.gpu.run_config import ShardConfig, run_hints, unit_speaker_hints
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.stop_requests import StopRequests
-from batch_assets.ingest.speaker_hints import NO_HINTS
+from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.steps import lease_refusals_fail, partition_lease
@@ -111,7 +111,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
-        unit_hints_ = hints.get(row["unit_id"], (NO_HINTS, None))[0]
+        unit_hints_ = hints.get(row["unit_id"], UNHINTED).hints
         units_by_flight[row["flight_id"]].append(SectionUnit(
             row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
             unit_hints_ if row.get("window") is None else window_hints(unit_hints_)))

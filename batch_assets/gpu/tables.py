@@ -14,7 +14,7 @@ import polars as pl
 if TYPE_CHECKING:
     from batch_assets.gpu.section import UnitOutcome
 from batch_assets.ingest.speaker_hints import KEYS as HINT_KEYS
-from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.ingest.speaker_hints import UNHINTED, AppliedHints
 from batch_assets.schema.results import ResultClass
 
 VAD_UNITS_SCHEMA = {
@@ -127,13 +127,13 @@ def segments_table(words: pl.DataFrame) -> pl.DataFrame:
             .select(list(SEGMENTS_SCHEMA)).cast(SEGMENTS_SCHEMA))
 
 
-def _hint_columns(hints: SpeakerHints, source: str | None) -> dict:
+def _hint_columns(applied: AppliedHints) -> dict:
     """The units table's hint columns for one unit: what diarization was given, and from where."""
-    return {f"hint_{key}": getattr(hints, key) for key in HINT_KEYS} | {"hint_source": source}
+    return {f"hint_{key}": getattr(applied.hints, key) for key in HINT_KEYS} | {"hint_source": applied.source}
 
 
 def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.DataFrame, words: pl.DataFrame,
-                      hints: dict[str, tuple[SpeakerHints, str | None]] | None = None,
+                      hints: dict[str, AppliedHints] | None = None,
                       ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(units, segments, words): every manifest unit exactly once, with its final class (ingest's, prepare's,
     or the section's `outcomes`) and, if it reached diarization, the speaker hints it was given there (`hints`:
@@ -169,7 +169,7 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
         # diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
-                     | (_hint_columns(*hints.get(uid, (NO_HINTS, None))) if diarized else {})
+                     | (_hint_columns(hints.get(uid, UNHINTED)) if diarized else {})
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
     kept = (words.filter(pl.col("unit_id").is_in(list(rank)))

@@ -86,10 +86,21 @@ def sidecar_of(key: str) -> str:
     return key + SIDECAR_SUFFIX
 
 
-def unit_hints(run: SpeakerHints, manifest_row: dict) -> tuple[SpeakerHints, str | None]:
-    """(hints to apply, their source) for one unit: its sidecar's (the manifest row's `hint_*`, validated when
-    `fetched_audio` read them) if it has any, else the run's."""
+@dataclasses.dataclass(frozen=True)
+class AppliedHints:
+    """The hints a unit's diarization is given and where they came from (`SIDECAR`, `RUN_CONFIG`, or None)."""
+
+    hints: SpeakerHints
+    source: str | None
+
+
+UNHINTED = AppliedHints(NO_HINTS, None)
+
+
+def unit_hints(run: SpeakerHints, manifest_row: dict) -> AppliedHints:
+    """The hints to apply to one unit: its sidecar's (the manifest row's `hint_*`, validated when `fetched_audio`
+    read them) if it has any, else the run's."""
     sidecar = SpeakerHints(**{key: manifest_row.get(f"hint_{key}") for key in KEYS})
     if sidecar:
-        return sidecar, SIDECAR
-    return (run, RUN_CONFIG) if run else (NO_HINTS, None)
+        return AppliedHints(sidecar, SIDECAR)
+    return AppliedHints(run, RUN_CONFIG) if run else UNHINTED
