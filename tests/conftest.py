@@ -79,6 +79,18 @@ def pytest_collection_modifyitems(config, items):
     return result
 
 
+def in_decoder_mode(models, levers):
+    """`models` with the decoder in the mode `levers` ask for, as `run_section` sets it before its flights: for a
+    test calling `process_flight` directly. The models are this process's shared ones, and another test (or a
+    section run with CUDA graphs off) may have left the decoder in another mode; the order of the tests changes
+    with pytest-xdist's workers."""
+    from batch_assets.gpu.asr import apply_decoder_mode
+
+    models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, None,
+                                                 models.word_confidence)
+    return models
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _torch_threads() -> None:
     import torch

@@ -29,6 +29,8 @@ from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
 from batch_assets.storage.resource import REPO_ROOT
 
+from .conftest import in_decoder_mode
+
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"
 CPU = torch.device("cpu")
 SERIAL = {"batch_across_units_enabled": False, "host_overlap_enabled": False}
@@ -71,7 +73,7 @@ def pipeline_and_units(pipeline_name: str, units: dict[str, np.ndarray], request
 
 @pytest.fixture(scope="module")
 def tiny(lock_dir):
-    return GpuResource(device="cpu", lock_dir=str(lock_dir)).models
+    return in_decoder_mode(GpuResource(device="cpu", lock_dir=str(lock_dir)).models, Levers())
 
 
 @pytest.fixture(scope="module")

@@ -27,17 +27,9 @@ from .conftest import make_resources, materialize_partition
 SPEECH = REPO_ROOT / "sample_data" / "audio" / "2026-01-15" / "meetings" / "standup.wav"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def models(lock_dir):
-    """This process's shared models (every test module gets the same objects): the tests here put the decoder in
-    other modes, so each hands it back in the default levers' mode, as a fresh worker's first flight sets it (a
-    test elsewhere calling `process_flight` directly must not find it with graphs off)."""
-    from batch_assets.gpu.levers import Levers
-
-    models = GpuResource(device="cpu", lock_dir=str(lock_dir)).models
-    yield models
-    models.decoder_settings = apply_decoder_mode(models.asr, Levers().asr_cuda_graphs_enabled, None,
-                                                 models.word_confidence)
+    return GpuResource(device="cpu", lock_dir=str(lock_dir)).models
 
 
 @pytest.fixture(scope="module")

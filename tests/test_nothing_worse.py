@@ -25,7 +25,7 @@ import soundfile as sf
 
 from batch_assets.storage.resource import StorageResource
 
-from .conftest import FLIGHTS_OF_ONE, make_resources, materialize_partition
+from .conftest import FLIGHTS_OF_ONE, in_decoder_mode, make_resources, materialize_partition
 from .partition_sources import SAMPLE
 from .s3_server import S3Server
 from .test_reliability import _failure_messages, _files
@@ -124,7 +124,6 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
     import torch
 
     from batch_assets.gpu import pyannote_adapter
-    from batch_assets.gpu.asr import apply_decoder_mode
     from batch_assets.gpu.faults import DeviceFault
     from batch_assets.gpu.levers import Levers
     from batch_assets.gpu.section import process_flight
@@ -137,10 +136,7 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
             raise error
 
     audio, units = _flight()
-    # the decoder mode these levers ask for, as `run_section` applies it before its flights (the models are this
-    # process's shared ones: another test may have left the decoder in another mode)
-    loaded.decoder_settings = apply_decoder_mode(loaded.asr, Levers().asr_cuda_graphs_enabled, None,
-                                                 loaded.word_confidence)
+    in_decoder_mode(loaded, Levers())
     model = pyannote_adapter.segmentation_inference(loaded.diarization).model
     handle = model.register_forward_pre_hook(inject)
     try:
