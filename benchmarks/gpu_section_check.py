@@ -3,7 +3,8 @@
 Loads the builtin models through the project's loaders onto the device, packs the sample partition's
 units into one flight, and runs `process_flight` (VAD -> diarization -> ASR -> attribution) with all
 levers on, each relevant lever off, and all off: every variant must give identical regions, turns and
-words, and embeddings identical or (shared trunk, CUDA batch shapes) within the last float bits. Reports stage
+words (times and speakers), and word scores and embeddings identical or (batch shapes, CUDA algorithms) within
+the last float bits (the largest difference of each is reported). Reports stage
 seconds, segmentation forwards and CUDA peak memory. No Dagster or polars needed, so it runs on a bare GPU machine
 with the model libraries carried as wheels.
 
@@ -63,6 +64,7 @@ def summary(outcomes) -> dict:
             "turns": o.diarization.turns if o.diarization else None,
             "embeddings": {k: v.tolist() for k, v in o.diarization.embeddings.items()} if o.diarization else None,
             "words": [(w.start_s, w.end_s, w.word, spk) for w, spk in o.words],
+            "scores": [w.score for w, _ in o.words],
         }
         for o in outcomes
     }
@@ -117,10 +119,14 @@ def main() -> None:
         }
         report["variants"][name]["cuda_peak_mib"] = cuda_peak_mib(torch, device)
     report["identical_to_all_on"] = {name: results[name] == results["all_on"] for name in VARIANTS}
-    without_embeddings = {name: {u: {k: v for k, v in r.items() if k != "embeddings"} for u, r in res.items()}
-                          for name, res in results.items()}
-    report["identical_to_all_on_but_embeddings"] = {name: without_embeddings[name] == without_embeddings["all_on"]
-                                                    for name in VARIANTS}
+    decisions = {name: {u: {k: v for k, v in r.items() if k not in ("embeddings", "scores")} for u, r in res.items()}
+                 for name, res in results.items()}
+    report["identical_to_all_on_but_embeddings_and_scores"] = {name: decisions[name] == decisions["all_on"]
+                                                               for name in VARIANTS}
+    report["max_score_difference_to_all_on"] = {
+        name: max((_difference(r["scores"], results["all_on"][u]["scores"]) for u, r in results[name].items()
+                   if r["scores"] and None not in r["scores"]), default=0.0)
+        for name in VARIANTS}
     report["max_embedding_difference_to_all_on"] = {  # the shared trunk's batch shapes may move the last float
         # bits on CUDA
         name: max((_difference(e, (results["all_on"][u]["embeddings"] or {}).get(label))

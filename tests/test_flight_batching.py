@@ -189,6 +189,31 @@ def test_a_batch_that_fails_part_way_keeps_its_host_seconds_and_fails_its_units_
     assert stats.host_seconds["diarization"] > 0  # binarizing and counting speakers, before the trunk raised
 
 
+def test_a_unit_whose_clustering_fails_changes_no_other_units_words(tiny, units, monkeypatch):
+    """With lever 5 or 6 a unit's clustering runs after the flight's ASR, without them before it. The unit that fails
+    there must not change which units share the ASR batches: a batch's companions move the last bits of each
+    forward, and so the others' word scores and even word ends (measured before the fix: 1e-4 and an 80 ms end,
+    levers on vs off). pyannote's clustering refuses u-long (its number of chunks)."""
+    inference = adapter.segmentation_inference(tiny.diarization)
+    chunks = segment_files(inference, [as_pyannote_file(units["u-long"], "u-long")])[0].data.shape[0]
+    clustering = type(tiny.diarization.clustering)
+    stock = clustering.__call__
+
+    def refusing(self, *args, **kwargs):
+        if kwargs["segmentations"].data.shape[0] == chunks:
+            raise RuntimeError("clustering refused (test)")
+        return stock(self, *args, **kwargs)
+
+    monkeypatch.setattr(clustering, "__call__", refusing)
+    audio, rows = flight(units)
+    outcomes = {name: process_flight(tiny, "f", audio, rows, Levers(**levers), SectionStats())
+                for name, levers in (("levers 5 on", {"host_overlap_enabled": False}), ("levers 5, 6 off", SERIAL))}
+    for result in outcomes.values():
+        failed = {o.unit_id: o.reason for o in result if o.result_class.value == "failed"}
+        assert failed == {"u-long": "RuntimeError: clustering refused (test)"}
+    assert_same_outcomes(outcomes["levers 5 on"], outcomes["levers 5, 6 off"])
+
+
 # -- lever 6 ---------------------------------------------------------------------------------------
 def run_flights(models, units: dict[str, np.ndarray], levers: Levers, committed: list,
                 fail_commit_of: str | None = None, fail_load_of: str | None = None):

@@ -97,12 +97,53 @@ def test_lost_speech_fails(runs):
     assert not result.passed and result.lost_speech_s > result.lost_speech_allowed_s
 
 
+def _exact(runs) -> tuple[bool, dict[str, str]]:
+    result = gate(*runs, [P], exact=True)
+    return result.passed, {name: value for name, value, _, ok in result.bars() if not ok}
+
+
+def test_exact_holds_every_published_column(runs):
+    """What the levers promise: decisions identical, each continuous column within its bound. The word-level bars
+    pass every change below (no word, speaker, class or speech changes); only the exact gate sees them."""
+    baseline, candidate = runs
+    assert _exact(runs) == (True, {})
+    uid = _transcribed(candidate)
+    # provenance (how a row was made) is not a result
+    _rewrite(candidate, "diarization", "speakers",
+             lambda f: f.with_columns(pl.lit("stock (test)").alias("embedding_path")))
+    assert _exact(runs) == (True, {})
+    # a continuous column within its bound passes, beyond it fails and says by how much
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when(pl.col("unit_id") == uid).then(pl.col("score") - 5e-5).otherwise(pl.col("score")).alias("score")))
+    assert _exact(runs) == (True, {})
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when(pl.col("word_index") == 3).then(pl.col("score") - 0.014).otherwise(pl.col("score")).alias("score")))
+    assert gate(*runs, [P]).passed and _exact(runs)[1].keys() == {"transcripts/words.score max |diff|"}
+    shutil.copytree(baseline.storage_url + "/transcripts", candidate.storage_url + "/transcripts", dirs_exist_ok=True)
+    _rewrite(candidate, "diarization", "speakers", lambda f: f.with_columns(pl.col("embedding").list.eval(
+        pl.element() + 0.0083)))
+    passed, failed = _exact(runs)
+    assert not passed and failed == {"diarization/speakers.embedding max |diff|": "8.30e-03"}
+    shutil.copytree(baseline.storage_url + "/diarization", candidate.storage_url + "/diarization", dirs_exist_ok=True)
+    # a decision column: a word's end moved by a millisecond, every word still there with its speaker
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when(pl.col("word_index") == 2).then(pl.col("end_s") + 0.001).otherwise(pl.col("end_s")).alias("end_s")))
+    result = gate(*runs, [P], exact=True)
+    assert gate(*runs, [P]).passed and not result.passed
+    assert [c.split(":")[0] for c in result.columns.changed] == [f"transcripts/words.end_s ({P})"]
+    assert "column change: transcripts/words.end_s" in result.table()
+
+
 def test_command_line_exit_codes(runs):
     baseline, candidate = runs
     command = [sys.executable, "-m", "batch_assets.gate", "--baseline", baseline.storage_url,
                "--candidate", candidate.storage_url, "--partition", P]
     ok = subprocess.run(command, capture_output=True, text=True)
     assert ok.returncode == 0 and "PASS" in ok.stdout and "FAIL" not in ok.stdout
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns((pl.col("score") * 0.9).alias("score")))
+    assert subprocess.run(command, capture_output=True, text=True).returncode == 0  # scores alone: words intact
+    exact = subprocess.run([*command, "--exact"], capture_output=True, text=True)
+    assert exact.returncode == 1 and "transcripts/words.score max |diff|" in exact.stdout and "FAIL" in exact.stdout
     _rewrite(candidate, "transcripts", "units", lambda f: f.head(1))
     failed = subprocess.run(command, capture_output=True, text=True)
     assert failed.returncode == 1 and "FAIL" in failed.stdout

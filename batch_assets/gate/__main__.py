@@ -1,5 +1,5 @@
-"""`python -m batch_assets.gate --baseline URL --candidate URL --partition YYYY-MM-DD [...]`: print, exit 1 on a
-failed bar."""
+"""`python -m batch_assets.gate --baseline URL --candidate URL --partition YYYY-MM-DD [--exact] [...]`: print,
+exit 1 on a failed bar."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", required=True, help="storage root (fsspec URL) of the baseline run")
     parser.add_argument("--candidate", required=True, help="storage root (fsspec URL) of the candidate run")
     parser.add_argument("--partition", action="append", required=True)
+    parser.add_argument("--exact", action="store_true",
+                        help="also hold every published column: decisions identical, scores and embeddings within "
+                             "their bounds (what the exact levers promise)")
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     args = parser.parse_args(argv)
     result = gate(StorageResource(storage_url=args.baseline), StorageResource(storage_url=args.candidate),
-                  args.partition)
+                  args.partition, exact=args.exact)
     print(result.table())
     if args.json:
         print(json.dumps(result.as_dict()))

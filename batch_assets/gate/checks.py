@@ -53,6 +53,9 @@ class BaselineResource(dg.ConfigurableResource):
 
     storage_url: str = Field(default="",
                              description="A storage root holding a baseline run's outputs; empty: no baseline")
+    exact: bool = Field(default=False,
+                        description="Also hold every published column (decisions identical, scores and embeddings "
+                                    "within their bounds), as for a run that differs from its baseline only by levers")
 
     def storage_like(self, storage: StorageResource) -> StorageResource | None:
         if not self.storage_url:
@@ -119,7 +122,7 @@ def gate_against_baseline(
         if baseline_storage is None:
             return False, {"baseline": "none configured: set BATCH_ASSETS_BASELINE_URL "
                                        "(or the baseline resource's storage_url)"}
-        result = gate(baseline_storage, storage, [partition])
+        result = gate(baseline_storage, storage, [partition], exact=baseline.exact)
         return result.passed, {
             "baseline": baseline.storage_url, "table": dg.MetadataValue.md(f"```\n{result.table()}\n```"),
         } | {k: v for k, v in result.as_dict().items() if k != "partitions"}

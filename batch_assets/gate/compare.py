@@ -10,6 +10,10 @@ Bars (all must hold):
   <= max(0.5 s, 0.5%) of the baseline's speech
 - no result-class changes (a unit missing on either side counts as a change)
 - no words on silent units
+
+With `exact` (what the exact levers promise), every published column as well (`columns.py`): no decision column
+changed, each continuous column (word scores, speaker embeddings, VAD scores) within its bound. The column
+figures are computed and reported either way.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import re
 
 import numpy as np
 import polars as pl
+
+from batch_assets.gate.columns import ColumnComparison, compare_columns
 
 MAX_WORD_EDIT_RATE = 0.01
 MIN_SPEAKER_AGREEMENT = 0.97
@@ -43,6 +49,8 @@ class GateResult:
     lost_speech_s: float = 0.0
     class_changes: list[str] = dataclasses.field(default_factory=list)
     words_on_silent_units: int = 0
+    exact: bool = False  # also hold every published column (`columns.py`)
+    columns: ColumnComparison = dataclasses.field(default_factory=ColumnComparison)
 
     @property
     def word_edit_rate(self) -> float:
@@ -66,25 +74,33 @@ class GateResult:
              self.lost_speech_s <= self.lost_speech_allowed_s),
             ("result-class changes", str(len(self.class_changes)), "== 0", not self.class_changes),
             ("words on silent units", str(self.words_on_silent_units), "== 0", self.words_on_silent_units == 0),
-        ]
+        ] + (self.columns.bars() if self.exact else [])
 
     @property
     def passed(self) -> bool:
         return all(ok for *_, ok in self.bars())
 
     def table(self) -> str:
-        lines = [f"gate over {', '.join(self.partitions)}: {self.units} units, {self.baseline_words} baseline words",
-                 f"{'bar':24s} {'value':>10s} {'needs':>10s}  result"]
-        lines += [f"{name:24s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}"
-                  for name, value, need, ok in self.bars()]
+        bars = self.bars()
+        width = max(len(name) for name, *_ in bars)
+        lines = [f"gate over {', '.join(self.partitions)}: {self.units} units, {self.baseline_words} baseline words"
+                 + (" (exact: every published column)" if self.exact else ""),
+                 f"{'bar':{width}s} {'value':>10s} {'needs':>10s}  result"]
+        lines += [f"{name:{width}s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}"
+                  for name, value, need, ok in bars]
         lines += [f"  class change: {c}" for c in self.class_changes[:20]]
+        if not self.exact:  # the column figures, for information
+            lines.append("columns (not held: run with --exact): " + ", ".join(
+                [f"{len(self.columns.changed)} decision columns changed"]
+                + [f"{column} max |diff| {value:.2e}" for column, value in self.columns.largest.items()]))
+        lines += [f"  column change: {c}" for c in self.columns.changed[:20]]
         return "\n".join(lines)
 
     def as_dict(self) -> dict:
         return {"partitions": self.partitions, "units": self.units, "word_edit_rate": self.word_edit_rate,
                 "speaker_agreement": self.speaker_agreement, "lost_speech_s": self.lost_speech_s,
                 "class_changes": self.class_changes, "words_on_silent_units": self.words_on_silent_units,
-                "passed": self.passed}
+                "exact": self.exact, **self.columns.as_dict(), "passed": self.passed}
 
 
 def _align(ref: list[str], hyp: list[str]) -> tuple[int, list[tuple[int, int]]]:
@@ -224,8 +240,11 @@ def read_outputs(storage, partition: str) -> dict[str, pl.DataFrame]:
     }
 
 
-def gate(baseline_storage, candidate_storage, partitions: list[str]) -> GateResult:
-    result = GateResult(partitions=list(partitions))
+def gate(baseline_storage, candidate_storage, partitions: list[str], exact: bool = False) -> GateResult:
+    """`exact`: also hold every published column (what the exact levers promise); otherwise its figures are only
+    reported."""
+    result = GateResult(partitions=list(partitions), exact=exact)
     for partition in partitions:
         compare_partition(result, read_outputs(baseline_storage, partition), read_outputs(candidate_storage, partition))
+        compare_columns(result.columns, baseline_storage, candidate_storage, partition)
     return result

@@ -119,21 +119,23 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         _precompute(models, files, levers, stats, outcomes)
         done.calls = {uid: (calls[uid], files[uid], hints[uid])
                       for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
-        diarized = list(done.calls)
     else:
-        diarized = [uid for uid in speech
-                    if _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)]
+        for uid in speech:
+            _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)
     stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
+    # ASR's batches hold every unit with speech, whatever its diarization did: which units share a batch moves the
+    # last bits of each one's forward (and so word scores, even a word's end), and with levers 5 and 6 a unit's
+    # clustering fails only after ASR. A failed unit's words are dropped (`host_work`).
     segments: list[Segment] = []
-    for uid in diarized:
+    for uid in speech:
         segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
     if not segments:
         stats.decoder_checks_skipped += 1
     else:
         started = time.perf_counter()
         with asr_encoder_autocast(models.asr, models.device, levers.half_precision_enabled):
-            done.words = _transcribe_checked(models, {uid: waveforms[uid] for uid in diarized}, segments, outcomes,
+            done.words = _transcribe_checked(models, {uid: waveforms[uid] for uid in speech}, segments, outcomes,
                                              levers.asr_batch_size, levers.asr_cuda_graphs_enabled, stats)
         stats.add("asr", time.perf_counter() - started, 0.0)
     return done
@@ -269,7 +271,8 @@ def _transcribe_checked(models: LoadedModels, waveforms, segments, outcomes, asr
                                                  asr_batch_size))
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"ASR of {uid}")
-                outcomes[uid].result_class = ResultClass.FAILED
-                outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
+                if outcomes[uid].result_class is ResultClass.TRANSCRIBED:  # a diarization failure's reason stands
+                    outcomes[uid].result_class = ResultClass.FAILED
+                    outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
     stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
     return words
