@@ -205,12 +205,22 @@ def test_a_unit_whose_clustering_fails_changes_no_other_units_words(tiny, units,
         return stock(self, *args, **kwargs)
 
     monkeypatch.setattr(clustering, "__call__", refusing)
+    transcribe, batches = tiny.asr.transcribe, []  # what NeMo is asked to transcribe: the pieces' lengths
+
+    def recording(audio, **kwargs):
+        batches.append([len(piece) for piece in audio])
+        return transcribe(audio, **kwargs)
+
+    monkeypatch.setattr(tiny.asr, "transcribe", recording)
     audio, rows = flight(units)
-    outcomes = {name: process_flight(tiny, "f", audio, rows, Levers(**levers), SectionStats())
-                for name, levers in (("levers 5 on", {"host_overlap_enabled": False}), ("levers 5, 6 off", SERIAL))}
-    for result in outcomes.values():
-        failed = {o.unit_id: o.reason for o in result if o.result_class.value == "failed"}
+    outcomes, asked = {}, {}
+    for name, levers in (("levers 5 on", {"host_overlap_enabled": False}), ("levers 5, 6 off", SERIAL)):
+        batches.clear()
+        outcomes[name] = process_flight(tiny, "f", audio, rows, Levers(**levers), SectionStats())
+        asked[name] = list(batches)
+        failed = {o.unit_id: o.reason for o in outcomes[name] if o.result_class.value == "failed"}
         assert failed == {"u-long": "RuntimeError: clustering refused (test)"}
+    assert asked["levers 5 on"] == asked["levers 5, 6 off"] and len(asked["levers 5 on"]) == 1
     assert_same_outcomes(outcomes["levers 5 on"], outcomes["levers 5, 6 off"])
 
 

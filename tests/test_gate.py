@@ -119,6 +119,9 @@ def test_exact_holds_every_published_column(runs):
     _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
         pl.when(pl.col("word_index") == 3).then(pl.col("score") - 0.014).otherwise(pl.col("score")).alias("score")))
     assert gate(*runs, [P]).passed and _exact(runs)[1].keys() == {"transcripts/words.score max |diff|"}
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when(pl.col("word_index") == 3).then(float("nan")).otherwise(pl.col("score")).alias("score")))
+    assert _exact(runs)[1] == {"decision columns changed": "1"}  # a NaN on one side is not a difference
     shutil.copytree(baseline.storage_url + "/transcripts", candidate.storage_url + "/transcripts", dirs_exist_ok=True)
     _rewrite(candidate, "diarization", "speakers", lambda f: f.with_columns(pl.col("embedding").list.eval(
         pl.element() + 0.0083)))
@@ -132,6 +135,37 @@ def test_exact_holds_every_published_column(runs):
     assert gate(*runs, [P]).passed and not result.passed
     assert [c.split(":")[0] for c in result.columns.changed] == [f"transcripts/words.end_s ({P})"]
     assert "column change: transcripts/words.end_s" in result.table()
+
+
+def test_exact_reads_the_vad_score_arrays_of_each_run(runs):
+    """The arrays behind `scores_uri` are a continuous column: a moved score fails beyond the bound, a NaN on one
+    side or an array that cannot be read is a change. Read only with `exact` (one read per unit and run)."""
+    baseline, candidate = runs
+    units = candidate.read_parquet("vad_scores", P, "units")
+    uid, uri = units["unit_id"][0], units["scores_uri"][0]
+
+    def point_to(array) -> None:
+        new = candidate.write_array(array, "vad_scores", P, "moved")
+        _rewrite(candidate, "vad_scores", "units", lambda f: f.with_columns(
+            pl.when(pl.col("unit_id") == uid).then(pl.lit(new)).otherwise(pl.col("scores_uri")).alias("scores_uri")))
+
+    scores = baseline.read_array(uri).astype("float32")
+    point_to(scores)
+    assert _exact(runs) == (True, {})  # another file, the same scores
+    point_to(scores + 2e-4)
+    assert _exact(runs)[1] == {"vad_scores/units.scores max |diff|": "2.00e-04"}
+    assert gate(*runs, [P]).passed  # not read without exact
+    nan = scores.copy()
+    nan.flat[7] = float("nan")
+    point_to(nan)
+    result = gate(*runs, [P], exact=True)
+    assert not result.passed
+    assert result.columns.changed == [f"vad_scores/units.scores ({P}) {uid}: NaN on one side at 7"]
+    _rewrite(candidate, "vad_scores", "units", lambda f: f.with_columns(
+        pl.when(pl.col("unit_id") == uid).then(pl.lit(uri + ".gone")).otherwise(pl.col("scores_uri"))
+        .alias("scores_uri")))
+    result = gate(*runs, [P], exact=True)
+    assert not result.passed and "FileNotFoundError" in result.columns.changed[0]
 
 
 def test_command_line_exit_codes(runs):

@@ -11,7 +11,9 @@ the same, column by column, which is what the exact levers promise. A column is 
 - **provenance** (`PROVENANCE`): says how or where a row was made, not what it found (`segmentation`:
   reused or computed; `embedding_path`; the URIs, which name each run's own files): not compared.
 - **decision**: every other column (words, times, speakers, turns, classes, reasons, counts, texts, hints):
-  compared for equality, row by row, with the table's own order.
+  compared for equality, row by row, the rows of both runs in the order of the table's key (`KEYS`).
+
+A NaN on one side only, a value on one side only, or another shape is a decision change, not a difference.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ import polars as pl
 # (asset, table) of the three GPU assets, in the order the report lists them
 TABLES = (("transcripts", "units"), ("transcripts", "segments"), ("transcripts", "words"), ("diarization", "turns"),
           ("diarization", "speakers"), ("vad_scores", "units"), ("vad_scores", "regions"))
+# the rows' order for the comparison: a table's own order follows the flight plan, which a partial rerun changes
+KEYS = {"units": ("unit_id",), "segments": ("unit_id", "segment_index"), "words": ("unit_id", "word_index"),
+        "turns": ("unit_id", "exclusive", "start_s", "end_s", "speaker"), "speakers": ("unit_id", "speaker"),
+        "regions": ("unit_id", "start_s", "end_s")}
 PROVENANCE = frozenset({"source_uri", "scores_uri", "segmentation", "embedding_path"})
+SHOWN = 20  # changes listed in a report (all are counted)
 SCORE, EMBEDDING, VAD_SCORES = "transcripts/words.score", "diarization/speakers.embedding", "vad_scores/units.scores"
 # the bound each continuous column is held to where results must not change (the levers): far above the last-bit
 # differences measured (docs/gpu-section.md), far below anything an analyst could act on
@@ -48,14 +55,17 @@ class ColumnComparison:
             for column, bound in CONTINUOUS.items()]
 
     def as_dict(self) -> dict:
-        return {"changed_columns": self.changed, "largest_difference": dict(self.largest)}
+        """For JSON and asset-check metadata: the first `SHOWN` changes and their count."""
+        return {"changed_columns": self.changed[:SHOWN], "changed_columns_count": len(self.changed),
+                "largest_difference": dict(self.largest)}
 
     def _continuous(self, column: str, difference: float) -> None:
         self.largest[column] = max(self.largest[column], difference)
 
 
-def compare_columns(result: ColumnComparison, baseline, candidate, partition: str) -> None:
-    """Add `partition`'s differences between two storages' published tables to `result`."""
+def compare_columns(result: ColumnComparison, baseline, candidate, partition: str, arrays: bool = True) -> None:
+    """Add `partition`'s differences between two storages' published tables to `result`; `arrays`: the VAD score
+    arrays too (one read per unit and run)."""
     for asset, name in TABLES:
         where = f"{asset}/{name} ({partition})"
         try:
@@ -63,6 +73,8 @@ def compare_columns(result: ColumnComparison, baseline, candidate, partition: st
         except FileNotFoundError as error:
             result.changed.append(f"{where}: {error}")
             continue
+        keys = [k for k in KEYS.get(name, ()) if k in a.columns and k in b.columns]
+        a, b = (a.sort(keys, maintain_order=True), b.sort(keys, maintain_order=True)) if keys else (a, b)
         if a.columns != b.columns or a.height != b.height:
             result.changed.append(f"{where}: columns {a.columns} and {a.height} rows -> "
                                   f"{b.columns} and {b.height} rows")
@@ -75,7 +87,7 @@ def compare_columns(result: ColumnComparison, baseline, candidate, partition: st
                        else _first_difference(a[column], b[column]))
             if problem:
                 result.changed.append(f"{asset}/{name}.{column} ({partition}): {problem}")
-        if (asset, name) == ("vad_scores", "units"):
+        if arrays and (asset, name) == ("vad_scores", "units"):
             _compare_vad_scores(result, baseline, candidate, a, b, partition)
 
 
@@ -87,7 +99,12 @@ def _first_difference(a: pl.Series, b: pl.Series) -> str:
     if differing.is_empty():
         return ""
     row = int(differing[0])
-    return f"{len(differing)} rows differ, first row {row}: {a[row]!r} -> {b[row]!r}"
+    return f"{len(differing)} rows differ, first row {row}: {_short(a[row])} -> {_short(b[row])}"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _continuous_difference(result: ColumnComparison, column: str, a: pl.Series, b: pl.Series) -> str:
@@ -97,11 +114,21 @@ def _continuous_difference(result: ColumnComparison, column: str, a: pl.Series, 
             return f"row {row}: {x!r} -> {y!r}"
         if x is None:
             continue
-        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-        if x.shape != y.shape:
-            return f"row {row}: shape {x.shape} -> {y.shape}"
-        if x.size:
-            result._continuous(column, float(np.max(np.abs(x - y))))
+        problem = _array_difference(result, column, np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+        if problem:
+            return f"row {row}: {problem}"
+    return ""
+
+
+def _array_difference(result: ColumnComparison, column: str, x: np.ndarray, y: np.ndarray) -> str:
+    """Records the largest difference of two arrays; another shape, or NaN (a null) on one side only, is returned."""
+    if x.shape != y.shape:
+        return f"shape {x.shape} -> {y.shape}"
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    if (nan_x != nan_y).any():
+        return f"NaN on one side at {int(np.argmax(nan_x != nan_y))}"
+    if x.size and not nan_x.all():
+        result._continuous(column, float(np.max(np.abs(x[~nan_x] - y[~nan_y]))))
     return ""
 
 
@@ -112,8 +139,11 @@ def _compare_vad_scores(result: ColumnComparison, baseline, candidate, a: pl.Dat
             if bool(uri_a) != bool(uri_b):
                 result.changed.append(f"{VAD_SCORES} ({partition}) {unit_id}: {uri_a!r} -> {uri_b!r}")
             continue
-        x, y = baseline.read_array(uri_a), candidate.read_array(uri_b)
-        if x.shape != y.shape:
-            result.changed.append(f"{VAD_SCORES} ({partition}) {unit_id}: shape {x.shape} -> {y.shape}")
-        elif x.size:
-            result._continuous(VAD_SCORES, float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64)))))
+        try:
+            x, y = baseline.read_array(uri_a), candidate.read_array(uri_b)
+        except (OSError, ValueError) as error:  # gone, unreadable, not an array
+            result.changed.append(f"{VAD_SCORES} ({partition}) {unit_id}: {type(error).__name__}: {error}"[:300])
+            continue
+        problem = _array_difference(result, VAD_SCORES, x.astype(np.float64), y.astype(np.float64))
+        if problem:
+            result.changed.append(f"{VAD_SCORES} ({partition}) {unit_id}: {problem}")
