@@ -31,3 +31,23 @@ def test_homophones_come_in_the_contexts_that_tell_them_apart():
     assert sum(b in lex.plurals for a, b in pairs if a == "two") > 10
     assert sum(s.startswith("i ") for s in sentences) > 100
     assert len(lex.nouns) > 100 and len(lex.verbs) > 50 and len(lex.adjectives) > 20
+
+
+def test_each_training_language_has_its_words_and_speaking_voices():
+    """Spanish and German training text and voices: the language's own 500 most common words (its letters only),
+    and every training and held-out voice speaks (espeak-ng writes audio for it)."""
+    import subprocess
+
+    from batch_assets.models.sentences import LETTERS, make_sentences
+    from batch_assets.training.corpus import VOICES
+
+    assert make_sentences(3, np.random.default_rng(0), 500) == make_sentences(3, np.random.default_rng(0), 500, language="en")
+    for language, voices in VOICES.items():
+        words = common_words(ASR_VOCABULARY_WORDS, language)
+        assert len(set(words)) == ASR_VOCABULARY_WORDS and all(LETTERS[language].match(w) for w in words)
+        assert not set(voices.held_out) & set(voices.train())
+        for voice in [*voices.train(), *voices.held_out]:
+            spoken = subprocess.run(["espeak-ng", "-v", voice, "--stdout", words[0]], capture_output=True, check=True)
+            assert len(spoken.stdout) > 1000 and not spoken.stderr, voice
+    assert {"ñ", "á"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "es")))
+    assert {"ü", "ß", "ä"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "de")))

@@ -1,7 +1,8 @@
-"""Sentences of common English words: the text the builtin models' tokenizers and the training corpus share.
+"""Sentences of common words: the text the builtin models' tokenizers and the training corpus share.
 
-Sentences draw on the most frequent English words (wordfreq's list, not a hand-typed one), with a Zipf-like
-bias so frequent words come up more often. Building a production-shaped model trains its tokenizer on them
+Sentences draw on a language's most frequent words (wordfreq's list, not a hand-typed one; English unless a
+`language` is given: `LETTERS` says which words a language keeps), with a Zipf-like bias so frequent words
+come up more often. Building a production-shaped model trains its tokenizer on them
 (`production_shaped.py`); the training corpus speaks them (`training/corpus.py`).
 """
 
@@ -16,14 +17,15 @@ import numpy as np
 # model trained for an hour on two CPU cores to learn every word from many voices; the sample partition is
 # written in it (scripts/make_sample_data.py checks).
 ASR_VOCABULARY_WORDS = 500
-_WORD = re.compile(r"^[a-z]+$")
+# a language's words: lowercase letters of its alphabet only (no digits, apostrophes or foreign script)
+LETTERS = {"en": re.compile(r"^[a-z]+$"), "es": re.compile(r"^[a-záéíóúüñ]+$"), "de": re.compile(r"^[a-zäöüß]+$")}
 
 
-@functools.lru_cache(maxsize=4)
-def common_words(n: int = 3000) -> tuple[str, ...]:
+@functools.lru_cache(maxsize=8)
+def common_words(n: int = 3000, language: str = "en") -> tuple[str, ...]:
     from wordfreq import top_n_list
 
-    words = [w for w in top_n_list("en", n * 2) if _WORD.match(w)]
+    words = [w for w in top_n_list(language, n * 2) if LETTERS[language].match(w)]
     return tuple(words[:n])
 
 
@@ -32,8 +34,9 @@ def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS) -> set[str]:
     return {word for sentence in sentences for word in sentence.split()} - set(common_words(n))
 
 
-def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000, lengths=(3, 12)) -> list[str]:
-    words = common_words(vocabulary)
+def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000, lengths=(3, 12),
+                   language: str = "en") -> list[str]:
+    words = common_words(vocabulary, language)
     ranks = np.arange(1, len(words) + 1)
     weights = 1.0 / ranks**0.6  # flatter than Zipf: rare words still come up
     weights /= weights.sum()

@@ -1,9 +1,9 @@
-"""Synthetic speech with exact transcripts: espeak-ng voices reading sentences of common English words.
+"""Synthetic speech with exact transcripts: espeak-ng voices reading sentences of a language's common words.
 
 The sentences come from `models/sentences.py`. Voices are espeak-ng accents x voice variants, each
 utterance at a random rate and pitch, with light background noise and gain. The splits are
 disjoint by sentence (held-out sentences never appear in training), and one test split uses voices
-that training never heard.
+that training never heard. English, Spanish and German each have their own voices (`VOICES`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,24 @@ TRAIN_VARIANTS = ["", "+m1", "+m3", "+m7", "+f2", "+f3", "+f5"]
 HELD_OUT_VOICES = ["en-gb-scotland+m4", "en-us-nyc+f4", "en-gb-x-gbclan+m6"]
 
 
-def train_voices() -> list[str]:
-    return [accent + variant for accent in TRAIN_ACCENTS for variant in TRAIN_VARIANTS]
+@dataclasses.dataclass(frozen=True)
+class LanguageVoices:
+    accents: tuple[str, ...]  # espeak-ng voices of the language, each with every training variant
+    held_out: tuple[str, ...]  # accent + variant pairs training never hears
+
+    def train(self) -> list[str]:
+        return [accent + variant for accent in self.accents for variant in TRAIN_VARIANTS]
+
+
+VOICES = {
+    "en": LanguageVoices(tuple(TRAIN_ACCENTS), tuple(HELD_OUT_VOICES)),
+    "es": LanguageVoices(("es", "es-419"), ("es+m4", "es-419+f4", "es+m6")),
+    "de": LanguageVoices(("de",), ("de+m4", "de+f4", "de+m6")),
+}
+
+
+def train_voices(language: str = "en") -> list[str]:
+    return VOICES[language].train()
 
 
 @dataclasses.dataclass

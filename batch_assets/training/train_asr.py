@@ -1,8 +1,9 @@
 """Train the tiny TDT model on synthetic speech, on CPU, and ship it as `builtin:tiny-tdt`.
 
-    .venv/bin/python -m batch_assets.training.train_asr [--minutes 30]
+    .venv/bin/python -m batch_assets.training.train_asr [--minutes 30] [--language es --out ...]
 
-Seeded end to end. Steps: sentences of common English words (disjoint train/val/test; with
+Seeded end to end. Steps: sentences of a language's common words (English by default; `--language es` or
+`de` for Spanish or German, in that language's espeak-ng voices; disjoint train/val/test; with
 `--grammar N` also N grammatical sentences from `grammar.py`, with their own val/test splits), espeak-ng
 speech (training voices; plus a test split in voices never heard in training), a sentencepiece BPE
 tokenizer trained on the training text (the production models' path, `EncDecRNNTBPEModel`, which also
@@ -25,7 +26,7 @@ import torch
 
 from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, make_sentences
 from batch_assets.models.tdt_config import DURATIONS, model_config, train_tokenizer
-from batch_assets.training.corpus import HELD_OUT_VOICES, synthesize, train_voices
+from batch_assets.training.corpus import VOICES, synthesize, train_voices
 from batch_assets.training.grammar import make_grammar_sentences
 from batch_assets.training.tdt_loss import tdt_loss
 
@@ -58,8 +59,10 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=5000)
     parser.add_argument("--val", type=int, default=120)
     parser.add_argument("--test", type=int, default=200)
+    parser.add_argument("--language", choices=sorted(VOICES), default="en",
+                        help="the language of the sentences and voices (the grammar is English only)")
     parser.add_argument("--words", type=int, default=ASR_VOCABULARY_WORDS,
-                        help="sentences use the N most common English words")
+                        help="sentences use the language's N most common words")
     parser.add_argument("--vocab", type=int, default=256, help="BPE vocabulary size")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -72,6 +75,8 @@ def main() -> None:
     parser.add_argument("--grammar", type=int, default=0,
                         help="also train on N grammatical sentences (grammar.py), with grammatical val/test splits")
     args = parser.parse_args()
+    if args.grammar and args.language != "en":
+        parser.error("--grammar writes English sentences: leave it out with --language " + args.language)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
@@ -80,19 +85,19 @@ def main() -> None:
     def split(sentences: list[str], n_train: int) -> tuple[list[str], list[str], list[str]]:
         return sentences[:n_train], sentences[n_train : n_train + args.val], sentences[n_train + args.val :]
 
-    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words),
-                                   args.train)
+    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words,
+                                                  language=args.language), args.train)
     grammar_s = make_grammar_sentences(args.grammar + args.val + args.test, np.random.default_rng(args.seed + 1),
                                        vocabulary=args.words) if args.grammar else []
     g_train_s, g_val_s, g_test_s = split(grammar_s, args.grammar)
-    voices = train_voices()
+    voices, held_out = train_voices(args.language), list(VOICES[args.language].held_out)
     train = (synthesize(train_s, voices, seed=args.seed * 10 + 1)
              + synthesize(g_train_s, voices, seed=args.seed * 10 + 5))
     val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2)
     test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
-    unseen = synthesize(test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 4)
+    unseen = synthesize(test_s, held_out, seed=args.seed * 10 + 4)
     g_test = synthesize(g_test_s, voices, seed=args.seed * 10 + 6)
-    g_unseen = synthesize(g_test_s, HELD_OUT_VOICES, seed=args.seed * 10 + 7)
+    g_unseen = synthesize(g_test_s, held_out, seed=args.seed * 10 + 7)
     hours = sum(len(u.audio) for u in train) / 16000 / 3600
     print(f"synthesised {len(train)} training utterances ({hours:.2f} h) in {time.time() - started:.0f} s", flush=True)
 
@@ -164,7 +169,8 @@ def main() -> None:
         "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train_s),
         "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
         "val_wer": best, "test_wer": wer(model, test), "test_wer_unseen_voices": wer(model, unseen),
-        "unseen_voices": HELD_OUT_VOICES, "history": history, "seed": args.seed, "words": args.words,
+        "unseen_voices": held_out, "history": history, "seed": args.seed, "words": args.words,
+        "language": args.language,
         "continued_from": str(args.init) if args.init else None,
         "grammar_train_utterances": len(g_train_s),
     }
