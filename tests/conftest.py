@@ -24,6 +24,7 @@ import pathlib
 import dagster as dg
 import pytest
 
+from batch_assets.gate.columns import TABLES  # the three GPU assets' seven tables
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
@@ -147,8 +148,6 @@ def sample_run(tmp_path_factory, lock_dir):
 
 # every sample unit in a flight of its own (units are 20-50 s): five flights
 FLIGHTS_OF_ONE = {"prepared_flights": {"config": {"decode_budget_seconds": 50.0}}}
-TABLES = [("transcripts", "units"), ("transcripts", "segments"), ("transcripts", "words"), ("diarization", "turns"),
-          ("diarization", "speakers"), ("vad_scores", "units"), ("vad_scores", "regions")]
 
 
 def tables_of(storage, partition: str = SAMPLE_PARTITION) -> dict:
