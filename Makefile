@@ -8,7 +8,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup lint run test test-fast dev sample-data train-asr train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-ingest bench-backfill bench-shards bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -49,6 +49,19 @@ train-asr: setup
 	$(PY) -m batch_assets.training.train_asr --minutes 30 --train 15000 --lr 3e-4 --warmup 50 --init bench_out/train-asr/stage3.nemo --out bench_out/train-asr/stage4.nemo
 	$(PY) -m batch_assets.training.train_asr --minutes 65 --train 15000 --grammar 15000 --lr 5e-4 --warmup 100 --init bench_out/train-asr/stage4.nemo
 
+# The Spanish and German tiny TDTs (builtin:tiny-tdt-es, -de): the first two stages of train-asr in each language's
+# own words and espeak-ng voices (docs/languages.md); ~2.5 h on 2 idle cores
+train-asr-languages: setup
+	for lang in es de; do \
+	  mkdir -p bench_out/train-asr-$$lang && \
+	  $(PY) -m batch_assets.training.train_asr --language $$lang --minutes 30 --train 5000 --threads 1 --out bench_out/train-asr-$$lang/stage1.nemo && \
+	  $(PY) -m batch_assets.training.train_asr --language $$lang --minutes 25 --train 10000 --lr 1e-3 --warmup 100 --init bench_out/train-asr-$$lang/stage1.nemo --out batch_assets/models/weights/tiny-tdt-$$lang.nemo || exit 1; \
+	done
+
+# The builtin language identification (builtin:tiny-langid): English, Spanish, German, Japanese; ~14 minutes
+train-langid: setup
+	$(PY) -m batch_assets.training.train_langid --minutes 12
+
 train-diarization: setup
 	$(PY) -m batch_assets.training.train_diarization
 
@@ -66,6 +79,10 @@ bench-levers-production-shaped: setup
 # on a machine with one CUDA GPU: all off / seed levers / levers 1-4 / all on / all on + half, 2 repeats, < 10 minutes
 bench-levers-gpu: setup
 	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
+
+# a partition in four languages, detected and routed, against the same audio all declared English (~10 minutes)
+bench-languages: setup
+	$(PY) benchmarks/languages.py --json bench_out/languages.json
 
 bench-ingest: setup
 	$(PY) benchmarks/ingest.py

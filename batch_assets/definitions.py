@@ -28,7 +28,9 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "storage": storage,
         GPU_IO: StorageJsonIOManager(storage=storage),
         "gpu": GpuResource(
+            asr_models=dict(settings.asr_models),
             asr_model=settings.resource_value("asr_model"),
+            language_id_model=settings.resource_value("language_id_model"),
             diarization_pipeline=settings.resource_value("diarization_pipeline"),
             device=settings.resource_value("device"),
             lock_dir=settings.resource_value("lock_dir"),

@@ -28,7 +28,8 @@ from typing import Any
 import dagster as dg
 
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
-from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
+from batch_assets.models.languages import DEFAULT_ROUTING, TINY_LANGID, LanguageError, parse_routing, with_english
+from batch_assets.models.names import TINY_DIARIZATION
 from batch_assets.storage.resource import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL
 from batch_assets.switches import SWITCHES
 
@@ -102,6 +103,15 @@ def env_str(name: str, default: str | None = None, environ: Mapping[str, str] | 
     return _raw(name, environ) or default
 
 
+def env_routing(name: str, default: str, environ: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """Language -> ASR model (`models/languages.py: parse_routing`); unset or empty means the `default` preset."""
+    raw = _raw(name, environ) or default
+    try:
+        return types.MappingProxyType(parse_routing(raw, name))
+    except LanguageError as error:
+        raise SettingError(str(error)) from None
+
+
 def env_path(name: str, default: pathlib.Path, environ: Mapping[str, str] | None = None) -> pathlib.Path:
     """A folder (`~` expanded); unset or empty means `default`."""
     raw = _raw(name, environ)
@@ -170,8 +180,14 @@ class Settings:
                                       "S3 region (`AWS_REGION` first)")
     baseline_url: str | None = _variable("BATCH_ASSETS_BASELINE_URL", _p(env_str), "none",
                                          "a baseline run's storage root: adds the `gate_against_baseline` check")
-    asr_model: str = _variable("BATCH_ASSETS_ASR_MODEL", _p(env_str, TINY_TDT), f"`{TINY_TDT}`",
-                               "NeMo TDT model: name, `.nemo` path or builtin")
+    asr_models: Mapping[str, str] = _variable(
+        "BATCH_ASSETS_ASR_MODELS", _p(env_routing, DEFAULT_ROUTING), f"`{DEFAULT_ROUTING}`",
+        "language -> NeMo ASR model: `builtin`, `production` or `en=MODEL,es=MODEL` (after a preset: replaces or adds; "
+        "[languages](docs/languages.md))")
+    asr_model: str | None = _variable("BATCH_ASSETS_ASR_MODEL", _p(env_str), "none: the routing's",
+                                      "the `en` model of the routing (name, `.nemo` path or builtin)")
+    language_id_model: str = _variable("BATCH_ASSETS_LANGUAGE_ID_MODEL", _p(env_str, TINY_LANGID), f"`{TINY_LANGID}`",
+                                       "language identification: `langid_ambernet`, a `.nemo` path or builtin")
     diarization_pipeline: str = _variable("BATCH_ASSETS_DIARIZATION_PIPELINE", _p(env_str, TINY_DIARIZATION),
                                           f"`{TINY_DIARIZATION}`", "pyannote pipeline: name, folder or builtin")
     device: str = _variable("BATCH_ASSETS_DEVICE", _p(env_str, "auto"), "`auto`",
@@ -198,7 +214,7 @@ class Settings:
     degrade_guard_fraction: float = _variable(
         "BATCH_ASSETS_DEGRADE_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
         "refuse results that leave more than this share (0–1) of the units with transcripts `fetch_failed`, "
-        "`failed`, `changed_since_listed` or `undecodable`")
+        "`failed`, `changed_since_listed`, `undecodable` or `unsupported_language`")
     shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 14400, 60, 10**7), "14400",
                                          "most audio seconds per GPU step (shard), 60–10,000,000")
     gpu_retry_delay_seconds: int = _variable(
@@ -247,6 +263,12 @@ def variable_names() -> set[str]:
 def current_settings() -> Settings:
     """This process's settings: read from the environment on first use, then kept."""
     return Settings.from_env()
+
+
+def current_routing() -> dict[str, str]:
+    """Language -> ASR model as this process's resources build it (`BATCH_ASSETS_ASR_MODELS`, its `en` entry replaced
+    by `BATCH_ASSETS_ASR_MODEL` when set): what `batch-assets run --language` is checked against."""
+    return with_english(current_settings().asr_models, current_settings().asr_model)
 
 
 def reload_settings() -> Settings:

@@ -41,6 +41,7 @@ import soundfile as sf
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from batch_assets.gate.columns import CONTINUOUS, EMBEDDING, SCORE  # noqa: E402 (after the path insert)
+from batch_assets.gpu.section_stats import STAGES  # noqa: E402 (after the path insert)
 from batch_assets.switches import SWITCHES  # noqa: E402 (after the path insert; light: no model library)
 
 PARTITION = "2026-04-01"
@@ -170,6 +171,8 @@ def main() -> None:
     asr_model, diarization_pipeline = MODELS[args.models]
     gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), asr_model=asr_model,
                       diarization_pipeline=diarization_pipeline, torch_threads=threads)
+    loaded = gpu.load()  # every model before the first timed run (ASR and LID otherwise load at their first use)
+    loaded.asr, loaded.language_id  # noqa: B018
 
     def storage_at(root: pathlib.Path) -> StorageResource:
         return StorageResource(source_url=str(work / "source"), storage_url=str(root),
@@ -262,7 +265,7 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
               f"{g['largest_difference'][SCORE]:>10.1e} {g['largest_difference'][EMBEDDING]:>9.1e}")
     print("\nsection seconds split into device work (model forwards) and host work, per stage (mean of runs); "
           "'host in section' is host work on the device work's path (lever 6 moves the rest off it)")
-    stages = ("vad", "diarization", "asr", "attribution", "tables")
+    stages = STAGES
     print(f"{'variant':18s} " + " ".join(f"{stage + ' dev/host':>20s}" for stage in stages)
           + f" {'device s':>8s} {'host s':>7s} {'host in section':>15s} {'host share':>10s} {'after section':>13s}")
 

@@ -3,6 +3,8 @@
 espeak-ng voices speak a scripted dialogue turn by turn, with pauses between turns; each unit is
 written in a different container format, and one unit is a silent room. The second day, 2026-01-16, has a
 three-speaker review meeting with a sidecar (`review.wav.json`: speaker-count hints) and a short call. The
+third, 2026-01-17, has a call or meeting in English, Spanish (one declaring `es` in its sidecar), German and
+Japanese (no builtin Japanese ASR model: `unsupported_language`). The
 exact ground truth (speaker turns with their words, and the silent unit) is written beside the audio,
 outside the partition folder so the pipeline never lists it as audio.
 
@@ -110,7 +112,57 @@ SECOND_DIALOGUES = {
         ("carol", "that is great have a nice day"),
     ],
 }
-SIDECARS = {"meetings/review.wav": {"num_speakers": 3}}
+# The third day, 2026-01-17: one unit per language. English, Spanish and German are heard by the builtin models
+# (each written in its language's 500 most common words: `sentences.common_words`), one Spanish call declares its
+# language in a sidecar, and a Japanese call (kana) has no builtin ASR model: it is published unsupported_language.
+THIRD_PARTITION = "2026-01-17"
+LANGUAGE_SPEAKERS = {
+    "lucia": ("es+f3", 150, 60), "pablo": ("es-419+m3", 140, 35),
+    "anna": ("de+f2", 150, 65), "karl": ("de+m7", 135, 30),
+    "yuki": ("ja+f3", 150, 60), "kenji": ("ja+m3", 140, 35),
+}
+THIRD_DIALOGUES = {
+    "calls/en_call.wav": ("en", [
+        ("alice", "good morning this is the office how can i help you"),
+        ("bob", "i want to talk about the new system"),
+        ("alice", "of course what do you want to know"),
+        ("bob", "when will it be done for the team"),
+        ("alice", "next week if all is good"),
+        ("bob", "great thank you for the help"),
+    ]),
+    "calls/es_llamada.wav": ("es", [
+        ("lucia", "hola buenos días en qué puedo hacer algo por usted"),
+        ("pablo", "quiero hablar con alguien sobre mi cuenta"),
+        ("lucia", "claro me puede dar su nombre y el número"),
+        ("pablo", "mi nombre es juan y el número es cinco cuatro tres"),
+        ("lucia", "gracias juan veo que hay un problema con su cuenta"),
+        ("pablo", "sí es verdad hace una semana que no está bien"),
+        ("lucia", "vamos a ver ahora todo está bien otra vez"),
+        ("pablo", "muchas gracias por su ayuda hasta mañana"),
+    ]),
+    "meetings/de_besprechung.wav": ("de", [
+        ("anna", "guten morgen wir haben heute nicht viel zeit"),
+        ("karl", "ja ich weiss das thema ist die neue arbeit"),
+        ("anna", "genau wer kann bis morgen etwas schreiben"),
+        ("karl", "ich kann das gerne machen aber nicht heute"),
+        ("anna", "gut dann sehen wir uns am ende der woche"),
+        ("karl", "danke das ist für mich sehr gut"),
+        ("anna", "noch eine frage kommt das geld diese woche"),
+        ("karl", "ja ich glaube schon bis dann"),
+    ]),
+    "calls/es_proyecto.flac": ("es", [
+        ("pablo", "hola soy josé de la empresa"),
+        ("lucia", "hola josé qué tal el trabajo"),
+        ("pablo", "muy bien gracias mañana tenemos un nuevo proyecto"),
+        ("lucia", "bueno hasta mañana entonces"),
+    ]),
+    "calls/ja_call.wav": ("ja", [
+        ("yuki", "おはよう ございます きょう は いい てんき です ね"),
+        ("kenji", "そう です ね ありがとう ございます"),
+        ("yuki", "あした も よろしく おねがい します"),
+    ]),
+}
+SIDECARS = {"meetings/review.wav": {"num_speakers": 3}, "calls/es_proyecto.flac": {"language": "es"}}
 
 
 def speak(voice: str, wpm: int, pitch: int, text: str) -> np.ndarray:
@@ -133,7 +185,7 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
     pieces.append(lead)
     cursor += len(lead) / SAMPLE_RATE
     for speaker, text in turns:
-        voice, wpm, pitch = SPEAKERS[speaker]
+        voice, wpm, pitch = (SPEAKERS | LANGUAGE_SPEAKERS)[speaker]
         audio = 0.5 * speak(voice, wpm, pitch, text) / 0.9
         start = cursor
         pieces.append(audio.astype(np.float32))
@@ -152,8 +204,11 @@ def check_vocabulary() -> None:
 
     dialogues = [*DIALOGUES.values(), *SECOND_DIALOGUES.values()]
     outside = sorted(outside_vocabulary(text for turns in dialogues for _, text in turns))
+    for language, turns in THIRD_DIALOGUES.values():
+        if language != "ja":  # no builtin Japanese ASR model: its unit is unsupported_language
+            outside += sorted(outside_vocabulary((text for _, text in turns), language=language))
     if outside:
-        raise SystemExit(f"words outside the builtin ASR model's vocabulary: {outside}")
+        raise SystemExit(f"words outside the builtin ASR models' vocabularies: {outside}")
 
 
 def write_dialogues(dialogues: dict, audio_dir: pathlib.Path, rng: np.random.Generator) -> dict[str, dict]:
@@ -194,6 +249,13 @@ def main() -> None:
     second = write_dialogues(SECOND_DIALOGUES, ROOT / "audio" / SECOND_PARTITION, np.random.default_rng(20260116))
     (truth_dir / f"{SECOND_PARTITION}.json").write_text(json.dumps(second, indent=2) + "\n")
     print(f"wrote {len(second)} units under {ROOT / 'audio' / SECOND_PARTITION}")
+    # the third day (languages): its own seed; each unit's truth names its language
+    third = write_dialogues({rel: turns for rel, (_, turns) in THIRD_DIALOGUES.items()},
+                            ROOT / "audio" / THIRD_PARTITION, np.random.default_rng(20260117))
+    for rel, (language, _) in THIRD_DIALOGUES.items():
+        third[rel]["language"] = language
+    (truth_dir / f"{THIRD_PARTITION}.json").write_text(json.dumps(third, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {len(third)} units under {ROOT / 'audio' / THIRD_PARTITION}")
 
 if __name__ == "__main__":
     main()

@@ -87,8 +87,8 @@ def in_decoder_mode(models, levers):
     with pytest-xdist's workers."""
     from batch_assets.gpu.asr import apply_decoder_mode
 
-    models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled, None,
-                                                 models.word_confidence)
+    models.decoder_settings[models.default_asr_name] = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled,
+                                                                          None, models.word_confidence)
     return models
 
 

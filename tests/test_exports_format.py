@@ -160,7 +160,7 @@ def test_txt_one_line_per_segment():
 
 
 def test_json_has_whisperx_shape():
-    result = json.loads(exports.json_text(U1_SEGMENTS, U1_WORDS))
+    result = json.loads(exports.json_text(U1_SEGMENTS, U1_WORDS, "en"))
     assert set(result) == {"segments", "word_segments", "language"} and result["language"] == "en"
     assert len(result["segments"]) == len(U1_SEGMENTS) and len(result["word_segments"]) == len(U1_WORDS)
     first = result["segments"][0]
@@ -195,7 +195,7 @@ def test_unit_files_for_a_partition_and_a_unit_without_words(tmp_path):
         assert files["u2.srt"] == "" and list(srt_parser.parse(files["u2.srt"])) == []
         assert files["u2.vtt"] == "WEBVTT\n" and webvtt.from_string(files["u2.vtt"]).captions == []
         assert files["u2.txt"] == "" and files["u2.rttm"] == ""  # pyannote's loader cannot read an empty file
-        assert json.loads(files["u2.json"]) == {"segments": [], "word_segments": [], "language": "en"}
+        assert json.loads(files["u2.json"]) == {"segments": [], "word_segments": [], "language": None}  # no speech
     u1 = exports.unit_files("u1", SEGMENTS, WORDS, TURNS, ["srt", "rttm"])
     assert u1 == {"u1.srt": exports.srt(U1_SEGMENTS, U1_WORDS), "u1.rttm": exports.rttm(TURNS, "u1")}
     assert exports.unit_files("u3", SEGMENTS, WORDS, TURNS, "txt") == {"u3.txt": "[SPEAKER_00 01:02:05.1]: late\n"}

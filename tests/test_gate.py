@@ -51,6 +51,24 @@ def test_changed_words_fail(runs):
     assert not result.passed and result.word_edit_rate > 0.01
 
 
+def test_a_language_cannot_hide_its_word_edits_in_a_larger_one(runs):
+    """Three words changed in the smallest unit, said to be Spanish: under 1 % of the partition's words, far over 1 %
+    of the Spanish ones: the per-language bar fails."""
+    baseline, candidate = runs
+    units = baseline.read_parquet("transcripts", P, "units").filter(pl.col("result_class") == "transcribed")
+    small = units.sort("num_words")["unit_id"][0]
+    for storage in runs:
+        _rewrite(storage, "transcripts", "units", lambda f: f.with_columns(
+            pl.when(pl.col("unit_id") == small).then(pl.lit("es")).otherwise(pl.col("language")).alias("language")))
+    _rewrite(candidate, "transcripts", "words", lambda f: f.with_columns(
+        pl.when((pl.col("unit_id") == small) & (pl.col("word_index") < 3)).then(pl.lit("zzz"))
+        .otherwise(pl.col("word")).alias("word")))
+    result = gate(*runs, [P])
+    rates = result.language_edit_rates()
+    assert result.word_edit_rate <= 0.01 < rates["es"] and rates["en"] == 0.0, rates
+    assert not result.passed and "word edit rate [es]" in result.table()
+
+
 def test_swapped_speakers_fail(runs):
     _, candidate = runs
     uid = _transcribed(candidate)

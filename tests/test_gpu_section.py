@@ -90,7 +90,7 @@ def test_decoder_mode_checks_on_cpu(models):
     settings = apply_decoder_mode(asr, False, settings)
     assert observe_decoder(asr, device).computer_mode is None
     assert check_decoder_mode(asr, device, False, "after") == "eager"
-    models.decoder_settings = settings
+    models.decoder_settings[models.default_asr_name] = settings
 
 
 def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models, speech):
@@ -101,7 +101,7 @@ def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models
     plain = transcribe_segments(models.asr, {"u": speech}, segments, 4)
     apply_decoder_mode(models.asr, False, None, word_confidence=True)
     scored = transcribe_segments(models.asr, {"u": speech}, segments, 4)
-    models.decoder_settings = None  # as a fresh worker's
+    models.decoder_settings.pop(models.default_asr_name, None)  # as a fresh worker's
     assert (len(plain) > 10
             and [(w.start_s, w.end_s, w.word) for w in plain] == [(w.start_s, w.end_s, w.word) for w in scored])
     assert all(w.score is None for w in plain) and all(0.0 <= w.score <= 1.0 for w in scored)
@@ -128,4 +128,4 @@ def test_decoder_changed_behind_the_sections_back_quarantines_the_worker(models,
         assert "refuses GPU work" in errors
     finally:
         gpu_resources._QUARANTINE.clear()  # this test process goes on; a real worker would be replaced
-        models.decoder_settings = apply_decoder_mode(models.asr, True, None)
+        models.decoder_settings[models.default_asr_name] = apply_decoder_mode(models.asr, True, None)

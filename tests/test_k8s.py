@@ -22,7 +22,8 @@ from dagster_k8s.job import (
 )
 
 from batch_assets.definitions import defs
-from batch_assets.settings import env_bool
+from batch_assets.models.languages import AMBERNET, PARAKEET_JA, PARAKEET_V2
+from batch_assets.settings import Settings, env_bool
 from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
@@ -120,7 +121,8 @@ def test_every_gpu_step_pod_mounts_the_model_cache_the_loaders_read():
         [volume] = [v for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim]
         [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
         assert mount["readOnly"] is True and volume["persistentVolumeClaim"]["readOnly"] is True
-        for variable in ("HF_HOME", "BATCH_ASSETS_MODEL_CACHE"):  # where NeMo, pyannote and the builtins look
+        for variable in ("HF_HOME", "NEMO_CACHE_DIR", "BATCH_ASSETS_MODEL_CACHE"):  # where NeMo (hub and NGC
+            # models), pyannote and the builtins look
             assert env[variable].startswith(mount["mountPath"] + "/"), (step, variable, env[variable])
             assert env[variable] == fill_env[variable]  # the Job fills exactly the cache the steps read
         assert env["HF_HUB_OFFLINE"] == "1"  # a missing model fails at once instead of downloading in every pod
@@ -204,6 +206,9 @@ def test_helm_values_match_the_code():
     env = {e["name"]: e["value"] for e in DEPLOYMENT["env"]}
     for variable in SWITCH_ENV_VARS.values():
         assert isinstance(env_bool(variable, True, env), bool)  # a valid kill-switch value
+    routing = Settings.from_env(env).asr_models  # the values' routing parses, and is production's
+    assert routing["en"] == PARAKEET_V2 and routing["ja"] == PARAKEET_JA and len(routing) == 26
+    assert env["BATCH_ASSETS_LANGUAGE_ID_MODEL"] == AMBERNET
     pools = VALUES["concurrency"]
     assert pools["enabled"] is True and pools["pools"]["granularity"] == "op" and pools["pools"]["defaultLimit"] >= 1
     assert VALUES["dagsterDaemon"]["runRetries"]["enabled"] is True

@@ -16,10 +16,10 @@ import re
 from batch_assets.settings import readme_table, variable_names
 from batch_assets.storage.resource import REPO_ROOT
 
-PARSERS = {"env_int", "env_bool", "env_fraction", "env_str", "env_day", "env_choice", "env_path"}
+PARSERS = {"env_int", "env_bool", "env_fraction", "env_str", "env_day", "env_choice", "env_path", "env_routing"}
 # read by the libraries and tools we run, not by our code: documented in the second table
-NOT_OURS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_HOME", "HF_HUB_OFFLINE", "DAGSTER_PG_PASSWORD", "VENV",
-            "PYTHON", "PARTITION", "DEV_PORT"}
+NOT_OURS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "HF_HOME", "NEMO_CACHE_DIR", "HF_HUB_OFFLINE",
+            "DAGSTER_PG_PASSWORD", "VENV", "PYTHON", "PARTITION", "DEV_PORT"}
 SECTION = "### Configuration: every environment variable"
 
 

@@ -196,3 +196,14 @@ def test_batch_assets_show_prints_the_same_turns(sample_run):
     missing = subprocess.run([sys.executable, "-m", "batch_assets.cli", "show", "--partition", P, "--unit", "nope.wav"],
                              capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode == 2 and "unit 'nope.wav' is not in this partition" in missing.stderr
+
+
+def test_a_partition_in_one_language_loads_no_other_model(sample_run):
+    """Every unit detected English (the silent room has no language): the Spanish and German models never load."""
+    result, storage = sample_run
+    event = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "transcripts")
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert {name for shard in meta["asr_model_loads"] for name in shard} <= {"builtin:tiny-tdt"}
+    assert set(meta["units_by_language"]) == {"en", "none"}
+    units = _table(storage, "transcripts", "units").filter(pl.col("result_class") == "transcribed")
+    assert set(units["language_source"]) == {"detected"} and units["language_confidence"].min() > 0.5

@@ -81,7 +81,7 @@ def test_run_flags_reach_the_settings_of_the_process_that_set_them(tmp_path):
             "from batch_assets.settings import current_settings\n"
             "before = current_settings().source_url\n"
             f"cli.apply_run_settings(argparse.Namespace(source={str(tmp_path)!r}, storage=None, asr_model='m', "
-            "diarization_pipeline=None, device=None))\n"
+            "asr_models=None, diarization_pipeline=None, device=None))\n"
             "from batch_assets.definitions import storage_from_env\n"
             "print(before); print(storage_from_env().source_url); print(current_settings().asr_model)\n")
     env = {k: v for k, v in os.environ.items() if k not in ("BATCH_ASSETS_SOURCE_URL", "BATCH_ASSETS_ASR_MODEL")}

@@ -15,7 +15,7 @@ from batch_assets.gpu.assets import gpu_section
 from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
-from .conftest import make_resources
+from .conftest import make_resources, tables_of
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 
@@ -29,22 +29,43 @@ def section_metadata(result) -> dict:
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
+def section_run(tmp_path_factory, lock_dir, sample_run, config: dict):
+    """The GPU section (its three assets and their checks) with `config` on the sample run's ingest outputs: the
+    levers and the language live in the GPU section alone, so ingest and exports (which `sample_run` ran) are not
+    run again."""
+    root = tmp_path_factory.mktemp("storage-variant")
+    for asset in ("fetched_audio", "prepared_flights"):
+        shutil.copytree(pathlib.Path(sample_run[1].storage_url) / asset, root / asset)
+    resources = make_resources(root, lock_dir)
+    result = dg.materialize([gpu_section, *transcripts_checks], partition_key=SAMPLE_PARTITION,
+                            resources=resources, instance=dg.DagsterInstance.ephemeral(),
+                            run_config={"ops": {"gpu_section": {"config": config}}})
+    assert result.success
+    return result, resources["storage"]
+
+
 @pytest.fixture(scope="module")
 def variant_runs(tmp_path_factory, lock_dir, sample_run):
-    """Each variant's GPU section (its three assets and their checks) on the sample run's ingest outputs: the
-    levers live in the GPU section alone, so ingest and exports (which `sample_run` ran) are not run again."""
-    runs = {}
-    for name, switches in VARIANTS.items():
-        root = tmp_path_factory.mktemp("storage-variant")
-        for asset in ("fetched_audio", "prepared_flights"):
-            shutil.copytree(pathlib.Path(sample_run[1].storage_url) / asset, root / asset)
-        resources = make_resources(root, lock_dir)
-        result = dg.materialize([gpu_section, *transcripts_checks], partition_key=SAMPLE_PARTITION,
-                                resources=resources, instance=dg.DagsterInstance.ephemeral(),
-                                run_config={"ops": {"gpu_section": {"config": switches}}})
-        assert result.success
-        runs[name] = (result, resources["storage"])
-    return runs
+    """Each variant's GPU section."""
+    return {name: section_run(tmp_path_factory, lock_dir, sample_run, switches)
+            for name, switches in VARIANTS.items()}
+
+
+def test_english_declared_or_detected_gives_the_same_tables(tmp_path_factory, lock_dir, sample_run):
+    """The sample partition (English, and a silent room) run with `language: en` against the default `auto`: every
+    published column identical but where the language came from (`run_config`, no confidence: no LID ran)."""
+    result, declared = section_run(tmp_path_factory, lock_dir, sample_run, {"language": "en"})
+    assert section_metadata(result)["stage_seconds"]["language_id"]["device"] == 0.0
+    for (asset, name), detected in tables_of(sample_run[1]).items():
+        other = tables_of(declared)[asset, name]
+        if name == "units":
+            speech = detected["language"].is_not_null()
+            assert set(detected.filter(speech)["language_source"]) == {"detected"}
+            assert set(other.filter(speech)["language_source"]) == {"run_config"}
+            assert other["language_confidence"].is_null().all() and detected.filter(speech)["language"].eq("en").all()
+            detected, other = (t.drop("language_source", "language_confidence") for t in (detected, other))
+        drop = [c for c in ("scores_uri", "source_uri") if c in detected.columns]
+        assert detected.drop(drop).equals(other.drop(drop)), (asset, name)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -116,7 +137,8 @@ def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
         return sum(split["host"] for split in meta["stage_seconds"].values())
 
     for meta in (on, off):
-        assert set(meta["stage_seconds"]) == {"vad", "diarization", "asr", "attribution", "tables"}
+        assert set(meta["stage_seconds"]) == {"vad", "language_id", "diarization", "asr", "attribution", "tables",
+                                              "model_load"}
         assert meta["stage_seconds"]["diarization"]["host"] > 0 and meta["stage_seconds"]["tables"]["host"] > 0
         assert meta["stage_seconds"]["vad"]["device"] > 0 and meta["stage_seconds"]["asr"]["device"] > 0
     # off: every host second is on the device work's path; on: only VAD's score aggregation and the speaker counting

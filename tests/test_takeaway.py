@@ -209,22 +209,29 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     assert speakers.filter(pl.col("unit_id") == "calls__2026__interview.ogg").height == 2
     skipped = {r["relative_key"]: r["reason"]
                for r in storage.read_parquet("fetched_audio", day, "skipped").iter_rows(named=True)}
-    assert skipped["meetings/planning.mp3.json"] == "sidecar: speaker-count hints for 'meetings/planning.mp3'"
+    assert (skipped["meetings/planning.mp3.json"]
+            == "sidecar: speaker-count hints and language for 'meetings/planning.mp3'")
     assert skipped["calls/2026/support_call.flac.json"].startswith("sidecar:")
     assert skipped["calls/2026/notes.txt"].startswith("extension '.txt'")
 
 
 @pytest.mark.e2e
-def test_contradictory_run_hints_fail_at_once_naming_them(tmp_path, lock_dir):
+@pytest.mark.parametrize("config, message", [
+    ({"num_speakers": 2, "max_speakers": 3}, "give num_speakers, or min_speakers/max_speakers, not both"),
+    ({"language": "fr"}, "ops.gpu_section.config.language: no ASR model for language 'fr'; configured: de, en, es"),
+    ({"language": "french"}, "'french' is not an ISO 639-1 language code"),
+], ids=["hints", "language without a model", "not a language"])
+def test_a_bad_run_config_fails_at_once_naming_it(tmp_path, lock_dir, config, message):
+    """Contradictory hints, or a language no ASR model hears, fail the plan step: no GPU step starts."""
     source = make_source(tmp_path / "source", {P: ["meetings/planning.mp3"]})
     resources = make_resources(tmp_path / "storage", lock_dir, source)
-    result = materialize_partition(
-        resources, run_config={"ops": {"gpu_section": {"config": {"num_speakers": 2, "max_speakers": 3}}}},
-        raise_on_error=False)
+    result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": config}}},
+                                   raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
     assert failure.step_key == "gpu_section.plan_gpu_shards"
-    assert "give num_speakers, or min_speakers/max_speakers, not both" in str(failure.event_specific_data.error)
+    assert message in str(failure.event_specific_data.error)
+    assert not [e for e in result.all_events if e.step_key and e.step_key.startswith("gpu_section.gpu_shard[")]
 
 
 def test_a_bad_sidecar_says_what_is_wrong_with_it():

@@ -22,7 +22,8 @@ import uuid
 
 from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
 from batch_assets.exports.formats import FORMATS
-from batch_assets.settings import SettingError
+from batch_assets.models.languages import LanguageError, run_language
+from batch_assets.settings import SettingError, current_routing
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 
@@ -36,8 +37,9 @@ def _summary(storage, partition: str) -> str:
         duration = f"{row['duration_s']:.1f}s" if row["duration_s"] is not None else "-"
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
         text = (row["text"] or row["reason"] or "")[:70]
-        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} spk={speakers} "
-                     f"words={row['num_words']:<4d} {text}")
+        language = row.get("language") or "-"
+        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} lang={language:<3s}"
+                     f"spk={speakers} words={row['num_words']:<4d} {text}")
     by_class = units.group_by("result_class").len().sort("result_class")
     lines.append("  by class: " + ", ".join(f"{r['result_class']}={r['len']}" for r in by_class.iter_rows(named=True)))
     first = words.filter(pl.col("unit_id") == words["unit_id"][0]).head(12) if len(words) else words
@@ -231,14 +233,17 @@ def _main(argv: list[str] | None) -> int:
         run_parser.add_argument(f"--{hint}", type=positive_int, metavar="N",
                                 help=f"{what} speakers in every unit without a sidecar "
                                 f"(gpu_section's {hint.replace('-', '_')})")
+    run_parser.add_argument("--language", metavar="CODE",
+                            help="the language of every unit without a sidecar language: an ISO 639-1 code with an "
+                            "ASR model (BATCH_ASSETS_ASR_MODELS), or auto (default: detect each unit's)")
     run_parser.add_argument("--verbose", action="store_true",
                             help="show Dagster's event log and library warnings live instead of in the log file")
     run_parser.add_argument("--allow-shrink", action="store_true",
                             help="replace the partition's results even if the source now lists far fewer units")
     run_parser.add_argument("--allow-degrade", action="store_true",
                             help="publish even if most units with transcripts would become fetch_failed, failed, "
-                            "changed_since_listed or undecodable (or every unit of a first-time day fails "
-                            "for one reason)")
+                            "changed_since_listed, undecodable or unsupported_language (or every unit of a first-time "
+                            "day fails for one reason)")
     show_parser = sub.add_parser("show", help="print a partition's speaker-attributed transcripts from the tables")
     show_parser.add_argument("--partition", default=SAMPLE_PARTITION,
                              help=f"YYYY-MM-DD (default: the sample, {SAMPLE_PARTITION})")
@@ -273,6 +278,12 @@ def _main(argv: list[str] | None) -> int:
     apply_run_settings(args)
     hints = {key: getattr(args, key) for key in ("num_speakers", "min_speakers", "max_speakers")
              if getattr(args, key) is not None}
+    if args.language is not None:  # refused before any work: a code with no ASR model, or not a code at all
+        try:
+            run_language(args.language, current_routing(), "--language")
+        except LanguageError as error:
+            parser.error(str(error))
+        hints["language"] = args.language.strip().lower()
     return run(args.partition, args.through, run_config_of(args.allow_shrink, args.allow_degrade, args.units, hints),
                args.verbose, args.units)
 

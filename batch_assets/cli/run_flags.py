@@ -16,7 +16,10 @@ RUN_SETTINGS = (
      "root of the audio: a folder or s3://bucket/prefix"),
     ("--storage", "BATCH_ASSETS_STORAGE_URL", "storage/ in the checkout",
      "root of every output table and array: a folder or s3://..."),
-    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", TINY_TDT, f"NeMo TDT model: a name, a .nemo path or {TINY_TDT}"),
+    ("--asr-model", "BATCH_ASSETS_ASR_MODEL", TINY_TDT,
+     f"the English NeMo TDT model: a name, a .nemo path or {TINY_TDT}"),
+    ("--asr-models", "BATCH_ASSETS_ASR_MODELS", "builtin",
+     "language -> ASR model: builtin, production, or en=MODEL,es=MODEL (docs/languages.md)"),
     ("--diarization-pipeline", "BATCH_ASSETS_DIARIZATION_PIPELINE", TINY_DIARIZATION,
      f"pyannote pipeline: a name, a folder or {TINY_DIARIZATION}"),
     ("--device", "BATCH_ASSETS_DEVICE", "auto", "auto, cpu, cuda or cuda:N"),
@@ -40,7 +43,8 @@ def apply_run_settings(args: argparse.Namespace) -> None:
 
 def run_config_of(allow_shrink: bool, allow_degrade: bool, units: list[str] | None = None,
                   hints: dict | None = None) -> dict | None:
-    """The run config the flags ask for (`--allow-shrink`, `--allow-degrade`, `--units`, speaker hints), or None.
+    """The run config the flags ask for (`--allow-shrink`, `--allow-degrade`, `--units`, speaker hints and the
+    language, `hints`), or None.
     A `units` rerun runs no ingest step, so the ingest guards' flags apply to the GPU section's alone."""
     ops: dict = {}
     for key, value in (({"units": units} if units else {}) | (hints or {})).items():

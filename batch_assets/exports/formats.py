@@ -16,6 +16,8 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from batch_assets.models.languages import word_separator
+
 FORMATS = ("srt", "vtt", "txt", "json", "rttm")
 UNKNOWN_SPEAKER = "SPEAKER_?"
 
@@ -28,19 +30,24 @@ class Cue:
     end_s: float
     speaker: str | None
     words: tuple[str, ...]
+    separator: str = " "  # between two words: nothing in a language written without spaces (Japanese)
 
     def lines(self, max_line_chars: int, prefixed: bool) -> list[str]:
-        """The words wrapped (as SRT shows them when `prefixed`: the speaker's `[label]` first)."""
-        label = (f"[{self.speaker}]",) if prefixed and self.speaker else ()
-        return wrap([*label, *self.words], max_line_chars)
+        """The words wrapped (as SRT shows them when `prefixed`: the speaker's `[label]` first, then a space)."""
+        label = [f"[{self.speaker}]"] if prefixed and self.speaker else []
+        return wrap([*label, *self.words], max_line_chars, [" "] * len(label) + [self.separator] * len(self.words))
 
 
-def wrap(tokens: Iterable[str], max_line_chars: int) -> list[str]:
-    """Tokens greedily filled into lines of at most `max_line_chars`; a longer token stays whole on its own line."""
+def wrap(tokens: Iterable[str], max_line_chars: int, separators: list[str] | None = None) -> list[str]:
+    """Tokens greedily filled into lines of at most `max_line_chars`; a longer token stays whole on its own line.
+    `separators[i]`: what joins token i to the one after it on a line (a space each unless given)."""
     lines: list[str] = []
-    for token in tokens:
-        if lines and len(lines[-1]) + 1 + len(token) <= max_line_chars:
-            lines[-1] += " " + token
+    tokens = list(tokens)
+    separators = separators or [" "] * len(tokens)
+    for i, token in enumerate(tokens):
+        joint = separators[i - 1] if i else ""
+        if lines and len(lines[-1]) + len(joint) + len(token) <= max_line_chars:
+            lines[-1] += joint + token
         else:
             lines.append(token)
     return lines
@@ -83,12 +90,14 @@ def _segment_speakers(segments: pl.DataFrame) -> dict[int, str | None]:
     return dict(zip(segments["segment_index"], (speaker or None for speaker in segments["speaker"]), strict=True))
 
 
-def cues(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0) -> list[Cue]:
+def cues(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0,
+         language: str | None = None) -> list[Cue]:
     """One unit's words as subtitle cues, cut at every segment (speaker turn) and before a word that would make the
-    cue longer than `max_cue_s` or its SRT text (speaker label included) more than two lines; at least one word each."""
+    cue longer than `max_cue_s` or its SRT text (speaker label included) more than two lines; at least one word each.
+    The words of a `language` written without spaces are joined with nothing."""
     _check_one_unit(segments, words)
     speakers = _segment_speakers(segments)
-    limit_ms = _ms(max_cue_s)
+    limit_ms, separator = _ms(max_cue_s), word_separator(language)
     found: list[Cue] = []
     current: list[dict] = []
     for row in _words_in_order(words).iter_rows(named=True):
@@ -97,12 +106,12 @@ def cues(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, 
             continue
         row = row | {"word": word, "speaker": speakers.get(row["segment_index"]) or row["speaker"] or None}
         if current and (_turn(row) != _turn(current[0]) or _longer(current, row, limit_ms)
-                        or _taller(current, row, max_line_chars)):
-            found.append(_cue(current))
+                        or _taller(current, row, max_line_chars, separator)):
+            found.append(_cue(current, separator))
             current = []
         current.append(row)
     if current:
-        found.append(_cue(current))
+        found.append(_cue(current, separator))
     return found
 
 
@@ -110,23 +119,25 @@ def _turn(row: dict) -> tuple:
     return row["segment_index"], row["speaker"]
 
 
-def _cue(rows: list[dict]) -> Cue:
-    return Cue(rows[0]["start_s"], max(r["end_s"] for r in rows), rows[0]["speaker"], tuple(r["word"] for r in rows))
+def _cue(rows: list[dict], separator: str = " ") -> Cue:
+    return Cue(rows[0]["start_s"], max(r["end_s"] for r in rows), rows[0]["speaker"], tuple(r["word"] for r in rows),
+               separator)
 
 
 def _longer(rows: list[dict], row: dict, limit_ms: int) -> bool:
     return _ms(max(row["end_s"], *(r["end_s"] for r in rows))) - _ms(rows[0]["start_s"]) > limit_ms
 
 
-def _taller(rows: list[dict], row: dict, max_line_chars: int) -> bool:
-    return len(_cue([*rows, row]).lines(max_line_chars, True)) > 2
+def _taller(rows: list[dict], row: dict, max_line_chars: int, separator: str) -> bool:
+    return len(_cue([*rows, row], separator).lines(max_line_chars, True)) > 2
 
 
-def srt(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0) -> str:
+def srt(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0,
+        language: str | None = None) -> str:
     """SubRip: cues numbered from 1, `HH:MM:SS,mmm` times, the text led by `[SPEAKER_xx]`, each cue ending in a blank
     line (as `srt.compose` writes them); empty without words."""
     blocks = [f"{n}\n{_clock(c.start_s, ',')} --> {_clock(c.end_s, ',')}\n" + "\n".join(c.lines(max_line_chars, True))
-              + "\n\n" for n, c in enumerate(cues(segments, words, max_line_chars, max_cue_s), start=1)]
+              + "\n\n" for n, c in enumerate(cues(segments, words, max_line_chars, max_cue_s, language), start=1)]
     return "".join(blocks)
 
 
@@ -134,12 +145,14 @@ def _vtt_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def vtt(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0) -> str:
-    """WebVTT: the same cues as `srt`, `HH:MM:SS.mmm` times, the speaker as a voice span (`<v SPEAKER_xx>text`).
+def vtt(segments: pl.DataFrame, words: pl.DataFrame, max_line_chars: int = 42, max_cue_s: float = 7.0,
+        language: str | None = None) -> str:
+    """WebVTT: the same cues as `srt`, `HH:MM:SS.mmm` times, the speaker as a voice span (`<v SPEAKER_xx>text`), the
+    unit's language as a `Language:` header line when it is known.
 
     Lines are wrapped without the label (players do not show a voice), `&`, `<` and `>` written as entities."""
-    blocks = ["WEBVTT\n"]
-    for c in cues(segments, words, max_line_chars, max_cue_s):
+    blocks = ["WEBVTT\n" + (f"Language: {language}\n" if language else "")]
+    for c in cues(segments, words, max_line_chars, max_cue_s, language):
         text = "\n".join(_vtt_escape(line) for line in c.lines(max_line_chars, False))
         voice = f"<v {_vtt_escape(c.speaker)}>" if c.speaker else ""
         blocks.append(f"{_clock(c.start_s, '.')} --> {_clock(c.end_s, '.')}\n{voice}{text}\n")
@@ -170,7 +183,7 @@ def _whisperx_word(row: dict) -> dict:
     return word
 
 
-def whisperx_json(segments: pl.DataFrame, words: pl.DataFrame, language: str = "en") -> dict:
+def whisperx_json(segments: pl.DataFrame, words: pl.DataFrame, language: str | None = None) -> dict:
     """WhisperX's result shape: `segments` (each with its `words`), `word_segments` (all words) and `language`."""
     _check_one_unit(segments, words)
     by_segment: dict[int, list[dict]] = {}
@@ -188,7 +201,7 @@ def whisperx_json(segments: pl.DataFrame, words: pl.DataFrame, language: str = "
     return {"segments": out_segments, "word_segments": flat, "language": language}
 
 
-def json_text(segments: pl.DataFrame, words: pl.DataFrame, language: str = "en") -> str:
+def json_text(segments: pl.DataFrame, words: pl.DataFrame, language: str | None = None) -> str:
     """`whisperx_json` as JSON text (UTF-8 kept, as WhisperX writes it; NaN refused so the file is strict JSON)."""
     return json.dumps(whisperx_json(segments, words, language), ensure_ascii=False, allow_nan=False) + "\n"
 
@@ -223,15 +236,17 @@ def check_formats(formats: Iterable[str] | str) -> tuple[str, ...]:
 
 def unit_files(unit_id: str, segments: pl.DataFrame, words: pl.DataFrame, turns: pl.DataFrame,
                formats: Iterable[str] | str = FORMATS, *, max_line_chars: int = 42,
-               max_cue_s: float = 7.0) -> dict[str, str]:
-    """`{"{unit_id}.{format}": text}` for the formats asked; the frames may hold the whole partition (filtered here)."""
+               max_cue_s: float = 7.0, language: str | None = None) -> dict[str, str]:
+    """`{"{unit_id}.{format}": text}` for the formats asked; the frames may hold the whole partition (filtered here).
+    `language`: the unit's (`transcripts/units.language`): the JSON's `language`, WebVTT's `Language:` header, and
+    how words are joined."""
     asked = check_formats(formats)
     segments, words, turns = (_unit_rows(frame, unit_id) for frame in (segments, words, turns))
     make = {
-        "srt": lambda: srt(segments, words, max_line_chars, max_cue_s),
-        "vtt": lambda: vtt(segments, words, max_line_chars, max_cue_s),
+        "srt": lambda: srt(segments, words, max_line_chars, max_cue_s, language),
+        "vtt": lambda: vtt(segments, words, max_line_chars, max_cue_s, language),
         "txt": lambda: txt(segments),
-        "json": lambda: json_text(segments, words),
+        "json": lambda: json_text(segments, words, language),
         "rttm": lambda: rttm(turns, unit_id),
     }
     return {f"{unit_id}.{name}": make[name]() for name in asked}
@@ -263,8 +278,9 @@ def partition_files(units: pl.DataFrame, segments: pl.DataFrame, words: pl.DataF
     by_unit = {name: {key[0]: part for key, part in frame.partition_by("unit_id", as_dict=True).items()}
                if len(frame) else {} for name, frame in (("segments", segments), ("words", words), ("turns", turns))}
     files: dict[str, str] = {}
+    languages = dict(zip(units["unit_id"], units["language"], strict=True)) if "language" in units.columns else {}
     for uid in chosen:
         parts = [by_unit[name].get(uid, frame.clear())
                  for name, frame in (("segments", segments), ("words", words), ("turns", turns))]
-        files |= unit_files(uid, *parts, asked)
+        files |= unit_files(uid, *parts, asked, language=languages.get(uid))
     return files

@@ -12,6 +12,7 @@ import dataclasses
 import polars as pl
 
 from batch_assets.gpu.tables import segment_indices
+from batch_assets.models.languages import word_separator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,13 +21,16 @@ class Turn:
     start_s: float
     end_s: float
     words: tuple[str, ...]
+    separator: str = " "  # between two words (nothing in a language written without spaces)
 
     def line(self) -> str:
-        return f"{self.speaker} [{self.start_s:.2f}-{self.end_s:.2f}]: {' '.join(self.words)}"
+        return f"{self.speaker} [{self.start_s:.2f}-{self.end_s:.2f}]: {self.separator.join(self.words)}"
 
 
-def turns(words: pl.DataFrame) -> list[Turn]:
-    """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/tables.py`."""
+def turns(words: pl.DataFrame, language: str | None = None) -> list[Turn]:
+    """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/tables.py`; the words
+    of a `language` written without spaces joined with nothing."""
+    separator = word_separator(language)
     found: list[Turn] = []
     segment, current, speaker, start, end = None, [], "", 0.0, 0.0
     if "segment_index" not in words.columns:  # a day written before segments: a turn per change of speaker
@@ -35,14 +39,14 @@ def turns(words: pl.DataFrame) -> list[Turn]:
                                              dtype=pl.Int64))
     for row in words.sort("word_index").iter_rows(named=True):
         if current and row["segment_index"] != segment:
-            found.append(Turn(speaker, start, end, tuple(current)))
+            found.append(Turn(speaker, start, end, tuple(current), separator))
             current = []
         if not current:
             segment, speaker, start = row["segment_index"], row["speaker"] or "SPEAKER_?", row["start_s"]
         current.append(row["word"])
         end = row["end_s"]
     if current:
-        found.append(Turn(speaker, start, end, tuple(current)))
+        found.append(Turn(speaker, start, end, tuple(current), separator))
     return found
 
 
@@ -65,10 +69,12 @@ def _bounded(lines: list[str], max_chars: int) -> list[str]:
 def unit_lines(unit: dict, words: pl.DataFrame, max_chars: int = 2000) -> list[str]:
     """A unit's header line and its turns (bounded)."""
     duration = f"{unit['duration_s']:.1f} s" if unit["duration_s"] is not None else "-"
-    header = f"{unit['unit_id']} ({unit['result_class']}, {duration}, {unit['num_words']} words)"
+    language = unit.get("language")
+    header = (f"{unit['unit_id']} ({unit['result_class']}, {language + ', ' if language else ''}{duration}, "
+              f"{unit['num_words']} words)")
     if unit["reason"]:
         header += f": {unit['reason']}"
-    return [header, *_bounded([t.line() for t in turns(words)], max_chars)]
+    return [header, *_bounded([t.line() for t in turns(words, language)], max_chars)]
 
 
 def partition_units(units: pl.DataFrame, words: pl.DataFrame, unit: str | None = None,

@@ -6,11 +6,13 @@ the same, column by column, which is what the exact levers promise. A column is 
 
 - **continuous** (`CONTINUOUS`): a float a model computes, whose last bits can move with the batch a forward
   ran in (another GEMM blocking, another convolution algorithm): the words' `score`, the speakers'
-  `embedding` and the VAD score arrays (`vad_scores/units.scores_uri`'s contents). The largest absolute
+  `embedding`, the units' `language_confidence` and the VAD score arrays (`vad_scores/units.scores_uri`'s
+  contents). The largest absolute
   difference is reported and held to the column's bound (docs/gpu-section.md, "Exactness, column by column").
 - **provenance** (`PROVENANCE`): says how or where a row was made, not what it found (`segmentation`:
   reused or computed; `embedding_path`; the URIs, which name each run's own files): not compared.
-- **decision**: every other column (words, times, speakers, turns, classes, reasons, counts, texts, hints):
+- **decision**: every other column (words, times, speakers, turns, classes, reasons, counts, texts, hints, the
+  language, where it came from and the ASR model it was routed to):
   compared for equality, row by row, the rows of both runs in the order of the table's key (`KEYS`).
 
 A NaN on one side only, a value on one side only, or another shape is a decision change, not a difference.
@@ -33,10 +35,12 @@ KEYS = {"units": ("unit_id",), "segments": ("unit_id", "segment_index"), "words"
 PROVENANCE = frozenset({"source_uri", "scores_uri", "segmentation", "embedding_path"})
 SHOWN = 20  # changes listed in a report (all are counted)
 SCORE, EMBEDDING, VAD_SCORES = "transcripts/words.score", "diarization/speakers.embedding", "vad_scores/units.scores"
+LANGUAGE_CONFIDENCE = "transcripts/units.language_confidence"
 # the bound each continuous column is held to where results must not change (the levers): far above the last-bit
 # differences measured (docs/gpu-section.md), far below anything an analyst could act on
-CONTINUOUS = {SCORE: 1e-4, EMBEDDING: 1e-4, VAD_SCORES: 1e-4}
-_COLUMN_OF = {("transcripts", "words", "score"): SCORE, ("diarization", "speakers", "embedding"): EMBEDDING}
+CONTINUOUS = {SCORE: 1e-4, EMBEDDING: 1e-4, LANGUAGE_CONFIDENCE: 1e-4, VAD_SCORES: 1e-4}
+_COLUMN_OF = {("transcripts", "words", "score"): SCORE, ("diarization", "speakers", "embedding"): EMBEDDING,
+              ("transcripts", "units", "language_confidence"): LANGUAGE_CONFIDENCE}
 
 
 @dataclasses.dataclass

@@ -1,7 +1,8 @@
 """Compare a candidate run's outputs with a baseline run's for the same partitions.
 
 Bars (all must hold):
-- word edit rate (normalised words, all units, candidate vs baseline) <= 1%
+- word edit rate (normalised words, all units, candidate vs baseline) <= 1%, and on a partition of several
+  languages each language's own (the baseline unit's `language`), so a small language cannot hide in a large one
 - speaker agreement (share of aligned, identical words whose speaker agrees after the optimal one-to-one
   label mapping per unit) >= 0.97
 - no lost speech: baseline VAD speech not covered by the candidate's VAD, plus the audio of units the
@@ -51,11 +52,17 @@ class GateResult:
     class_changes: list[str] = dataclasses.field(default_factory=list)
     words_on_silent_units: int = 0
     exact: bool = False  # also hold every published column (`columns.py`)
+    # per language (the baseline unit's; "none" where it has none): [baseline words, word edits]
+    by_language: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     columns: ColumnComparison = dataclasses.field(default_factory=ColumnComparison)
 
     @property
     def word_edit_rate(self) -> float:
         return self.word_edits / self.baseline_words if self.baseline_words else float(self.word_edits > 0)
+
+    def language_edit_rates(self) -> dict[str, float]:
+        return {lang: edits / words if words else float(edits > 0)
+                for lang, (words, edits) in sorted(self.by_language.items())}
 
     @property
     def speaker_agreement(self) -> float:
@@ -69,6 +76,8 @@ class GateResult:
         return [
             ("word edit rate", f"{self.word_edit_rate:.4f}", f"<= {MAX_WORD_EDIT_RATE}",
              self.word_edit_rate <= MAX_WORD_EDIT_RATE),
+            *[(f"word edit rate [{lang}]", f"{rate:.4f}", f"<= {MAX_WORD_EDIT_RATE}", rate <= MAX_WORD_EDIT_RATE)
+              for lang, rate in (self.language_edit_rates().items() if len(self.by_language) > 1 else ())],
             ("speaker agreement", f"{self.speaker_agreement:.4f}", f">= {MIN_SPEAKER_AGREEMENT}",
              self.speaker_agreement >= MIN_SPEAKER_AGREEMENT),
             ("lost speech s", f"{self.lost_speech_s:.2f}", f"<= {self.lost_speech_allowed_s:.2f}",
@@ -100,6 +109,7 @@ class GateResult:
 
     def as_dict(self) -> dict:
         return {"partitions": self.partitions, "units": self.units, "word_edit_rate": self.word_edit_rate,
+                "word_edit_rate_by_language": self.language_edit_rates(),
                 "speaker_agreement": self.speaker_agreement, "lost_speech_s": self.lost_speech_s,
                 "class_changes": self.class_changes, "words_on_silent_units": self.words_on_silent_units,
                 "exact": self.exact, **self.columns.as_dict(), "passed": self.passed}
@@ -179,6 +189,8 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame],
         edits, pairs = _align(b_words, c_words)
         result.baseline_words += len(b_words)
         result.word_edits += edits
+        counts = result.by_language.setdefault(b_units[uid].get("language") or "none", [0, 0])
+        counts[0], counts[1] = counts[0] + len(b_words), counts[1] + edits
         result.aligned_words += len(pairs)
         result.speaker_agreeing += _mapped_agreement([(b_speakers[i], c_speakers[j]) for i, j in pairs])
 

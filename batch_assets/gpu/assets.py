@@ -27,7 +27,14 @@ import dagster as dg
 from batch_assets.gpu.assembly import assemble_one
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.resume import shard_mapping_key
-from batch_assets.gpu.run_config import AssembleConfig, PlanConfig, ShardConfig, gpu_section_config, run_hints
+from batch_assets.gpu.run_config import (
+    AssembleConfig,
+    PlanConfig,
+    ShardConfig,
+    checked_run_language,
+    gpu_section_config,
+    run_hints,
+)
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.shard_work import read_planned_flights, run_shard, selected_units
 from batch_assets.gpu.shards import plan_shards
@@ -64,13 +71,14 @@ GPU_IO = "gpu_io"  # the IO manager for the small values passed between the grap
 @dg.op(ins={"prepared_flights": dg.In(dg.Nothing), "fetched_audio": dg.In(dg.Nothing)},
        out=dg.DynamicOut(ShardSpec, io_manager_key=GPU_IO),
        description="Group each partition's flights into GPU shards")
-def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, storage: StorageResource):
+def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, storage: StorageResource, gpu: GpuResource):
     selected = sorted(key.to_user_string() for key in context.selected_asset_keys)
     if selected != sorted(GPU_ASSET_KEYS):
         raise dg.Failure(f"vad_scores, diarization and transcripts are computed together: select all three (this run "
                          f"selected {selected}); to redo some units, use the `units` run config", allow_retries=False)
     partitions = context.partition_keys
     run_hints(config)  # a contradiction in them fails here, before anything is taken
+    checked_run_language(config, gpu.routing())  # so does a language no ASR model hears (no model is loaded)
     preflight(context, storage)  # before any model load: storage that refuses writes fails here, at once
     if config.units and len(partitions) > 1:
         raise dg.Failure(f"`units` reruns some units of one partition; this run has {len(partitions)} partitions",

@@ -95,7 +95,10 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "decoder_checks_skipped": sum(r.section.get("decoder_checks_skipped", 0) for r in ran),
         "switches": reports[0].switches if reports else {},
         "device": ran[0].device if ran else "not used",
-        "models": {"asr": gpu.asr_model, "diarization": gpu.diarization_pipeline},
+        "models": {"asr": gpu.routing(), "language_id": gpu.language_id_model, "diarization": gpu.diarization_pipeline},
+        # ASR models loaded per shard step: at most one load of each model per step, only where it had units
+        "asr_model_loads": [r.section.get("asr_model_loads", {}) for r in ran],
+        "language_id_seconds": round(sum(r.section.get("language_id_seconds", 0.0) for r in ran), 3),
         "model_load_seconds": max(loads) if loads else "not loaded (nothing to process)",
         "partitions_in_run": partitions_in_run,
         "rerun_units": sorted(chosen) if chosen is not None else "all",
@@ -127,6 +130,7 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "transcripts": section | {
             "units": len(units),
             "units_by_class": class_counts(units),
+            "units_by_language": language_counts(units),
             "unit_classes": dg.MetadataValue.md(unit_classes_markdown(units)),
             "words": len(words),
             "segments": len(tables["transcripts", "segments"]),
@@ -134,6 +138,18 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         } | tables_metadata(tables, uris, "transcripts", "units", "words")
           | tables_metadata(tables, uris, "transcripts", "units", "segments"),
     }
+
+
+def language_counts(units) -> dict[str, dict]:
+    """Per language (`none`: no language known: silent, or not processed): units and audio-hours, and the source."""
+    counts = {}
+    for row in (units.group_by(pl.col("language").fill_null("none"), maintain_order=True)
+                .agg(pl.len().alias("units"), pl.col("duration_s").sum().alias("seconds"),
+                     pl.col("language_source").drop_nulls().unique().sort().alias("sources"))
+                .sort("language").iter_rows(named=True)):
+        counts[row["language"]] = {"units": row["units"], "audio_hours": round((row["seconds"] or 0.0) / 3600, 4),
+                                   "sources": row["sources"]}
+    return counts
 
 
 def tables_metadata(tables: dict, uris: dict, asset: str, main: str, other: str) -> dict:

@@ -17,7 +17,8 @@ from pydantic import Field, PrivateAttr
 
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
-from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
+from batch_assets.models.languages import DEFAULT_ROUTING, PRESETS, TINY_LANGID, with_english
+from batch_assets.models.names import TINY_DIARIZATION
 
 _LOADED: dict[tuple, LoadedModels] = {}
 _QUARANTINE: list[str] = []
@@ -40,10 +41,14 @@ def quarantine_reason() -> str | None:
 class GpuResource(dg.ConfigurableResource):
     """Models and device for the GPU section."""
 
-    asr_model: str = Field(
-        default=TINY_TDT,
-        description="NeMo TDT model: a name (nvidia/parakeet-tdt-0.6b-v2), a .nemo path, or builtin:tiny-tdt",
+    asr_models: dict[str, str] = Field(
+        default_factory=lambda: dict(PRESETS[DEFAULT_ROUTING]),
+        description="Language (ISO 639-1) -> NeMo ASR model: a name (nvidia/parakeet-tdt-0.6b-v3), a .nemo path, or a "
+                    "builtin; a unit whose language is not here is published unsupported_language",
     )
+    asr_model: str | None = Field(default=None, description="The `en` model, replacing the routing's (none: keep it)")
+    language_id_model: str = Field(default=TINY_LANGID, description="Language identification: langid_ambernet, a "
+                                   ".nemo path, or builtin:tiny-langid")
     diarization_pipeline: str = Field(
         default=TINY_DIARIZATION,
         description="pyannote pipeline: a name (pyannote/speaker-diarization-community-1), a folder, or "
@@ -69,6 +74,10 @@ class GpuResource(dg.ConfigurableResource):
         self._models.word_confidence = self.word_confidence
         return self._models
 
+    def routing(self) -> dict[str, str]:
+        """Language -> ASR model: `asr_models`, its `en` entry replaced by `asr_model` when that is set."""
+        return with_english(self.asr_models, self.asr_model)
+
     def _resolve_device(self):
         import torch
 
@@ -80,17 +89,17 @@ class GpuResource(dg.ConfigurableResource):
 
     def _load(self, log) -> LoadedModels:
         device = self._resolve_device()
-        key = (self.asr_model, self.diarization_pipeline, str(device), self.segmentation_batch_size,
-               self.embedding_batch_size)
+        key = (tuple(sorted(self.routing().items())), self.language_id_model, self.diarization_pipeline, str(device),
+               self.segmentation_batch_size, self.embedding_batch_size)
         if key in _LOADED:
             return _LOADED[key]
         from batch_assets.gpu.loaded import load_models
 
-        loaded = load_models(self.asr_model, self.diarization_pipeline, device, self.segmentation_batch_size,
-                             self.embedding_batch_size)
+        loaded = load_models(self.routing(), self.diarization_pipeline, device, self.segmentation_batch_size,
+                             self.embedding_batch_size, self.language_id_model)
         if log:
-            log.info(f"loaded {self.asr_model} and {self.diarization_pipeline} on {device} in "
-                     f"{loaded.load_seconds:.1f} s")
+            log.info(f"loaded {self.diarization_pipeline} on {device} in {loaded.load_seconds:.1f} s (ASR models and "
+                     "language identification load when a flight first needs them)")
         _LOADED[key] = loaded
         _LOADS[0] += 1
         return loaded

@@ -1,8 +1,8 @@
 """The GPU section's run config: what the launchpad shows under `ops.gpu_section.config`, and each step's part.
 
-The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the `units` of a
-rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once for the graph and
-mapped to its three steps (`gpu_section_config`).
+The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the language, the
+`units` of a rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once for the
+graph and mapped to its three steps (`gpu_section_config`).
 """
 
 import dagster as dg
@@ -11,7 +11,9 @@ from pydantic import Field
 
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.ingest.speaker_hints import AppliedHints, HintError, SpeakerHints, unit_hints
+from batch_assets.ingest.unit_language import DeclaredLanguage, unit_language
 from batch_assets.long_units.windows import LINK_THRESHOLD
+from batch_assets.models.languages import AUTO, LanguageError, run_language
 from batch_assets.orchestration.steps import DegradeConfig, lease_wait_field
 from batch_assets.settings import current_settings
 from batch_assets.switches import SWITCHES
@@ -69,8 +71,29 @@ def units_field():
                  "units keep their rows. Empty: the whole partition, replaced.")
 
 
-class ShardConfig(LeverConfig, HintsConfig):
-    """A shard step's config: the levers and the run's speaker hints."""
+class LanguageConfig(dg.Config):
+    """The language of every unit without a sidecar `language` (`ingest/unit_language.py`)."""
+
+    language: str = Field(default=AUTO, description="An ISO 639-1 code with an ASR model (BATCH_ASSETS_ASR_MODELS), "
+                          "or 'auto': detect each unit's language from its speech")
+
+
+def checked_run_language(config: LanguageConfig, routing: dict[str, str]) -> str | None:
+    """The run's language (None: detect); a code without a model fails the step at once, naming the code and the
+    configured languages (the plan step checks it before any GPU work; `batch-assets run` before the run)."""
+    try:
+        return run_language(config.language, routing, "ops.gpu_section.config.language")
+    except LanguageError as error:
+        raise dg.Failure(str(error), allow_retries=False) from None
+
+
+def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, DeclaredLanguage]:
+    """Each unit's declared language (sidecar, else the run's) or DETECT: looked up once per step, like the hints."""
+    return {row["unit_id"]: unit_language(run, row) for row in manifest.iter_rows(named=True)}
+
+
+class ShardConfig(LeverConfig, HintsConfig, LanguageConfig):
+    """A shard step's config: the levers, the run's speaker hints and language."""
 
 
 class LinkConfig(dg.Config):
@@ -80,13 +103,13 @@ class LinkConfig(dg.Config):
         "are one voice (`batch_assets/long_units/windows.py`)")
 
 
-class AssembleConfig(LeverConfig, HintsConfig, DegradeConfig, LinkConfig):
+class AssembleConfig(LeverConfig, HintsConfig, LanguageConfig, DegradeConfig, LinkConfig):
     """The assembly's config: the levers (for flights it finishes itself), the `units` of a rerun, speaker linking."""
 
     units: list[str] = units_field()
 
 
-class PlanConfig(HintsConfig):
+class PlanConfig(HintsConfig, LanguageConfig):
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
@@ -113,6 +136,7 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
           num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar
+          language: auto                    # or an ISO 639-1 code: every unit without a sidecar language
           speaker_link_threshold: 0.7       # a windowed unit's speakers this close across windows are one voice
     ```
     """

@@ -86,7 +86,10 @@ class SectionReport:
             "host_overlapped_seconds": round(stats.overlapped_host_s, 3),
             "host_after_section_seconds": round(self.host_after_section_s, 3),
             "host_phase_device_seconds": round(stats.host_phase_device_s, 3), "batch_fallbacks": stats.batch_fallbacks,
-            "precision": self.precision,
+            "precision": self.precision, "asr_model_loads": dict(stats.asr_model_loads),
+            "units_with_speech_by_language": dict(stats.languages),
+            "language_id_seconds": round(stats.seconds["language_id"], 3),
+            "model_load_seconds_in_section": round(stats.seconds["model_load"], 3),
         }
 
 
@@ -138,8 +141,10 @@ def run_section(
             entered, report.entered_unix = time.perf_counter(), time.time()
             if models.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(models.device)
-            models.decoder_settings = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled,
-                                                         models.decoder_settings, models.word_confidence)
+            for name, model in models.asr_models.items():  # those loaded (the others: when first needed, `section`)
+                models.decoder_settings[name] = apply_decoder_mode(model, levers.asr_cuda_graphs_enabled,
+                                                                   models.decoder_settings.get(name),
+                                                                   models.word_confidence)
             for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the
                 # preparing too
                 checkpoint()

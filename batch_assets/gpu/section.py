@@ -1,16 +1,19 @@
-"""What happens to one flight inside the GPU section: VAD -> diarization -> ASR -> speaker attribution.
+"""What happens to one flight inside the GPU section: VAD -> language -> diarization -> ASR -> speaker attribution.
 
 Each unit is processed on its own slice of the flight's audio. A unit with no speech is `silent` and
-gets no words, by construction. An exception in one unit marks that unit `failed` with the reason and
-the flight goes on: one bad unit never fails a partition. Device faults (CUDA errors, device
-out-of-memory, NCCL: `gpu/faults.py`) and decoder-mode mismatches are not unit failures: they propagate
-(`DeviceFault`, `DecoderModeError`), and the caller quarantines the worker.
+gets no words, by construction. A unit with speech gets its language: declared (sidecar, run config) or
+detected (`gpu/routing.py`, `gpu/language_id.py`); a language the routing has no ASR model for makes it
+`unsupported_language` (no diarization, no words). ASR runs once per ASR model among the flight's units, each
+model loaded on first need. An exception in one unit marks that unit `failed` with the reason and the flight
+goes on: one bad unit never fails a partition. Device faults (CUDA errors, device out-of-memory, NCCL:
+`gpu/faults.py`) and decoder-mode mismatches are not unit failures: they propagate (`DeviceFault`,
+`DecoderModeError`), and the caller quarantines the worker.
 
-A flight is two phases. `device_work` does everything that uses the device: VAD, the diarization forwards
-(segmentation, embeddings) and ASR. `host_work` does the rest: with lever 5 or 6 on, the diarization calls
-(clustering and reconstruction over the precomputed forwards), and always each word's speaker. Every stage's
-seconds are split into device work (model forwards) and host work (`section_stats.py`). Lever 5 batches the
-forwards across the flight's units; lever 6 (`runner.run_section`) runs `host_work` outside the device lock,
+A flight is two phases. `device_work` does everything that uses the device: VAD, language identification, the
+diarization forwards (segmentation, embeddings) and ASR. `host_work` does the rest: with lever 5 or 6 on, the
+diarization calls (clustering and reconstruction over the precomputed forwards), and always each word's speaker.
+Every stage's seconds are split into device work (model forwards) and host work (`section_stats.py`). Lever 5
+batches the forwards across the flight's units; lever 6 (`runner.run_section`) runs `host_work` outside the device lock,
 overlapped with the next flight's `device_work`.
 """
 
@@ -44,9 +47,11 @@ from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_d
 from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.precision import asr_encoder_autocast
+from batch_assets.gpu.routing import asr_ready, resolve_languages
 from batch_assets.gpu.section_stats import SectionStats
 from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
 from batch_assets.schema.results import SILENT_REASON, ResultClass
 
@@ -56,13 +61,15 @@ SAMPLE_RATE = 16_000
 @dataclasses.dataclass(frozen=True)
 class SectionUnit:
     """One unit of a flight to process, from its `prepared_flights` plan row (result_class ok): where its samples lie
-    in the flight's audio, its window when it is one window of a long unit, and its speaker-count hints."""
+    in the flight's audio, its window when it is one window of a long unit, its speaker-count hints and its declared
+    language (DETECT: none)."""
 
     unit_id: str
     offset_samples: int
     num_samples: int
     window: int | None = None
     speaker_hints: SpeakerHints = NO_HINTS
+    language: DeclaredLanguage = DETECT
 
 
 @dataclasses.dataclass
@@ -75,6 +82,10 @@ class UnitOutcome:
     vad: VadResult | None = None
     diarization: DiarizationResult | None = None
     words: list[tuple[Word, str | None]] = dataclasses.field(default_factory=list)
+    language: str | None = None  # ISO 639-1 (or the LID model's label); None: no speech, or no language known
+    language_source: str | None = None  # sidecar, run_config or detected
+    language_confidence: float | None = None  # the LID model's probability (detected only)
+    asr_model: str | None = None  # the ASR model the routing gave the unit's language
 
 
 @dataclasses.dataclass
@@ -102,13 +113,18 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
     hints: dict[str, SpeakerHints] = {}
+    declared: dict[str, DeclaredLanguage] = {}
     for unit in units:
         uid = piece_id(unit.unit_id, unit.window)  # a window of a long unit is processed as a unit of its own
+        outcomes[uid] = UnitOutcome(uid, flight_id, unit.num_samples / SAMPLE_RATE, ResultClass.TRANSCRIBED)
+        if unit.language.error:  # a sidecar's bad language code: this unit fails, nothing else is affected
+            outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, unit.language.error[:500]
+            continue
         waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
-        outcomes[uid] = UnitOutcome(uid, flight_id, len(waveforms[uid]) / SAMPLE_RATE, ResultClass.TRANSCRIBED)
-        hints[uid] = unit.speaker_hints
+        hints[uid], declared[uid] = unit.speaker_hints, unit.language
     done = DeviceDone(flight_id, outcomes)
-    speech = _vad(models, waveforms, outcomes, levers, stats)
+    speech = resolve_languages(models, waveforms, outcomes, declared, _vad(models, waveforms, outcomes, levers, stats),
+                               stats)
     calls = {uid: DiarizationCall(
                  shared_trunk=levers.embedding_shared_trunk_enabled, half_precision=levers.half_precision_enabled,
                  vad_scores=outcomes[uid].vad.scores if levers.vad_segmentation_reuse_enabled else None)
@@ -127,16 +143,21 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     # ASR's batches hold every unit with speech, whatever its diarization did: which units share a batch moves the
     # last bits of each one's forward (and so word scores, even a word's end), and with levers 5 and 6 a unit's
     # clustering fails only after ASR. A failed unit's words are dropped (`host_work`).
-    segments: list[Segment] = []
+    by_model: dict[str, list[str]] = collections.defaultdict(list)  # one ASR call per model, units in flight order
     for uid in speech:
-        segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
-    if not segments:
+        by_model[outcomes[uid].asr_model].append(uid)
+    if not by_model:
         stats.decoder_checks_skipped += 1
-    else:
+    for name, model_units in by_model.items():
+        segments: list[Segment] = []
+        for uid in model_units:
+            segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
+        model = asr_ready(models, name, levers.asr_cuda_graphs_enabled, stats)
         started = time.perf_counter()
-        with asr_encoder_autocast(models.asr, models.device, levers.half_precision_enabled):
-            done.words = _transcribe_checked(models, {uid: waveforms[uid] for uid in speech}, segments, outcomes,
-                                             levers.asr_batch_size, levers.asr_cuda_graphs_enabled, stats)
+        with asr_encoder_autocast(model, models.device, levers.half_precision_enabled):
+            done.words.extend(_transcribe_checked(models, model, {uid: waveforms[uid] for uid in model_units},
+                                                  segments, outcomes, levers.asr_batch_size,
+                                                  levers.asr_cuda_graphs_enabled, stats))
         stats.add("asr", time.perf_counter() - started, 0.0)
     return done
 
@@ -250,12 +271,13 @@ def _diarize_unit(models: LoadedModels, outcome: UnitOutcome, call: DiarizationC
     return True
 
 
-def _transcribe_checked(models: LoadedModels, waveforms, segments, outcomes, asr_batch_size: int, cuda_graphs: bool,
-                        stats: SectionStats) -> list[Word]:
-    """One flight's ASR, the decoder's mode asserted before and after; a failed batch retried unit by unit."""
-    stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "before"))
+def _transcribe_checked(models: LoadedModels, model, waveforms, segments, outcomes, asr_batch_size: int,
+                        cuda_graphs: bool, stats: SectionStats) -> list[Word]:
+    """One flight's ASR with one model, the decoder's mode asserted before and after; a failed batch retried unit by
+    unit."""
+    stats.decoder_modes.add(check_decoder_mode(model, models.device, cuda_graphs, "before"))
     try:
-        words = transcribe_segments(models.asr, waveforms, segments, asr_batch_size)
+        words = transcribe_segments(model, waveforms, segments, asr_batch_size)
     except DecoderModeError:
         raise
     except Exception as batch_error:  # the batch failed: retry unit by unit so one bad unit stays one
@@ -267,12 +289,12 @@ def _transcribe_checked(models: LoadedModels, waveforms, segments, outcomes, asr
         words = []
         for uid in waveforms:
             try:
-                words.extend(transcribe_segments(models.asr, waveforms, [s for s in segments if s.unit_id == uid],
+                words.extend(transcribe_segments(model, waveforms, [s for s in segments if s.unit_id == uid],
                                                  asr_batch_size))
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"ASR of {uid}")
                 if outcomes[uid].result_class is ResultClass.TRANSCRIBED:  # a diarization failure's reason stands
                     outcomes[uid].result_class = ResultClass.FAILED
                     outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
-    stats.decoder_modes.add(check_decoder_mode(models.asr, models.device, cuda_graphs, "after"))
+    stats.decoder_modes.add(check_decoder_mode(model, models.device, cuda_graphs, "after"))
     return words

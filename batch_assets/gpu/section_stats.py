@@ -10,7 +10,8 @@ import collections
 import dataclasses
 import threading
 
-STAGES = ("vad", "diarization", "asr", "attribution", "tables")
+# model_load: ASR and language identification models loaded when a flight first needs them
+STAGES = ("vad", "language_id", "diarization", "asr", "attribution", "tables", "model_load")
 HOST_THREAD = "section-host"  # lever 6's thread (`runner.HostWork`)
 
 
@@ -27,6 +28,8 @@ class SectionStats:
     # embedding work summed over diarized units (chunks, pairs, active_pairs, trunk_forwards, pooled_pairs)
     embedding_work: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     embedding_paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    asr_model_loads: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # in this section
+    languages: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # units with speech
     asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
     # flights with no speech to transcribe: no ASR call ran, so there is no decoder to check (NeMo builds and
     # captures its CUDA graphs lazily, on the first decode: demanding a captured graph would fail them)

@@ -18,10 +18,17 @@ import polars as pl
 from batch_assets.gpu.commits import FlightCommits
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.resume import PlannedFlight, executing_shards, owned_flights, plan_fingerprint, planned_flights
-from batch_assets.gpu.run_config import ShardConfig, run_hints, unit_speaker_hints
+from batch_assets.gpu.run_config import (
+    ShardConfig,
+    checked_run_language,
+    run_hints,
+    unit_languages,
+    unit_speaker_hints,
+)
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.stop_requests import StopRequests
 from batch_assets.ingest.speaker_hints import UNHINTED
+from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.steps import lease_refusals_fail, partition_lease
@@ -108,13 +115,16 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
-    hints = unit_speaker_hints(storage.read_parquet("fetched_audio", commits.partition, "manifest"), run_hints(config))
+    manifest = storage.read_parquet("fetched_audio", commits.partition, "manifest")
+    hints = unit_speaker_hints(manifest, run_hints(config))
+    languages = unit_languages(manifest, checked_run_language(config, gpu.routing()))
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
         unit_hints_ = hints.get(row["unit_id"], UNHINTED).hints
         units_by_flight[row["flight_id"]].append(SectionUnit(
             row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
-            unit_hints_ if row.get("window") is None else window_hints(unit_hints_)))
+            unit_hints_ if row.get("window") is None else window_hints(unit_hints_),
+            languages.get(row["unit_id"], DETECT)))
     models = gpu.load(context.log)
     stops.checkpoint()
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
@@ -145,7 +155,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     return dataclasses.replace(
         report, processed_flights=pending, section=section.to_metadata(),
         step_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        model_load_seconds=round(models.load_seconds, 2), device=str(models.device))
+        model_load_seconds=round(models.load_seconds + sum(models.asr_load_seconds.values()), 2),
+        device=str(models.device))
 
 
 def assembled_from(commits: FlightCommits, planned: list[PlannedFlight]) -> dict | None:

@@ -6,6 +6,7 @@ unit, and the `segments` table holds each turn with its text (what the exports a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from batch_assets.gpu.section import UnitOutcome
 from batch_assets.ingest.speaker_hints import KEYS as HINT_KEYS
 from batch_assets.ingest.speaker_hints import UNHINTED, AppliedHints
+from batch_assets.models.languages import UNSPACED, word_separator
 from batch_assets.schema.results import ResultClass
 
 VAD_UNITS_SCHEMA = {
@@ -33,8 +35,10 @@ TRANSCRIPT_UNITS_SCHEMA = {
     "unit_id": pl.String, "source_uri": pl.String, "result_class": pl.String, "reason": pl.String,
     "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64,
     "num_words": pl.Int64, "text": pl.String, "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64,
-    "hint_max_speakers": pl.Int64, "hint_source": pl.String,
+    "hint_max_speakers": pl.Int64, "hint_source": pl.String, "language": pl.String, "language_source": pl.String,
+    "language_confidence": pl.Float64, "asr_model": pl.String,
 }
+LANGUAGE_COLUMNS = ("language", "language_source", "language_confidence", "asr_model")
 WORDS_SCHEMA = {
     "unit_id": pl.String, "segment_index": pl.Int64, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64,
     "word": pl.String, "speaker": pl.String, "score": pl.Float64,
@@ -86,6 +90,7 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
 OUTCOMES_SCHEMA = {  # the section's per-unit result, as a flight commit stores it (tables assemble from it)
     "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String,
     "reason": pl.String, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
+    "language": pl.String, "language_source": pl.String, "language_confidence": pl.Float64, "asr_model": pl.String,
 }
 
 
@@ -99,8 +104,8 @@ def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFr
             "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s,
             "result_class": str(o.result_class), "reason": o.reason, "speech_s": o.vad.speech_s if o.vad else None,
             "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
-            "num_words": len(unit_words), "text": " ".join(w.word for w in unit_words),
-        })
+            "num_words": len(unit_words), "text": word_separator(o.language).join(w.word for w in unit_words),
+        } | {key: getattr(o, key) for key in LANGUAGE_COLUMNS})
         if transcribed:
             words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s,
                           "end_s": w.end_s, "word": w.word, "speaker": spk, "score": w.score}
@@ -119,12 +124,22 @@ def segment_indices(speakers: list[str | None]) -> list[int]:
     return indices
 
 
-def segments_table(words: pl.DataFrame) -> pl.DataFrame:
-    """One row per speaker turn (unit_id, segment_index) with its text, from the words table (in its order)."""
+def segments_table(words: pl.DataFrame, unspaced: Iterable[str] = ()) -> pl.DataFrame:
+    """One row per speaker turn (unit_id, segment_index) with its text, from the words table (in its order); the
+    words of `unspaced` units (a language written without spaces: `models/languages.py`) joined with nothing."""
+    unspaced = sorted(unspaced)
     return (words.group_by("unit_id", "segment_index", maintain_order=True)
             .agg(pl.col("speaker").first(), pl.col("start_s").first(), pl.col("end_s").last(),
-                 pl.col("word").str.join(" ").alias("text"), pl.len().cast(pl.Int64).alias("num_words"))
+                 pl.col("word").str.join(" ").alias("text"), pl.col("word").str.join("").alias("_unspaced"),
+                 pl.len().cast(pl.Int64).alias("num_words"))
+            .with_columns(pl.when(pl.col("unit_id").is_in(unspaced)).then(pl.col("_unspaced"))
+                          .otherwise(pl.col("text")).alias("text"))
             .select(list(SEGMENTS_SCHEMA)).cast(SEGMENTS_SCHEMA))
+
+
+def unspaced_units(units: pl.DataFrame) -> list[str]:
+    """The units of a `transcripts/units` table (or a commit's outcomes) whose language is written without spaces."""
+    return units.filter(pl.col("language").is_in(sorted(UNSPACED)))["unit_id"].to_list()
 
 
 def _hint_columns(applied: AppliedHints) -> dict:
@@ -168,14 +183,16 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         reason = "; ".join(r for r in (reason, note) if r)
         diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
         # diarization
-        units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text")}
+        units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text",
+                                                     *LANGUAGE_COLUMNS)}
                      | (_hint_columns(hints.get(uid, UNHINTED)) if diarized else {})
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}
     kept = (words.filter(pl.col("unit_id").is_in(list(rank)))
             .with_columns(pl.col("unit_id").replace_strict(rank).alias("_rank"))
             .sort("_rank", "word_index", maintain_order=True).drop("_rank"))
-    return pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA), segments_table(kept), kept
+    units = pl.DataFrame(units, schema=TRANSCRIPT_UNITS_SCHEMA)
+    return units, segments_table(kept, unspaced_units(units)), kept
 
 
 TABLE_SCHEMAS = {

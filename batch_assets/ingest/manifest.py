@@ -22,7 +22,13 @@ import polars as pl
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
-from batch_assets.ingest.speaker_hints import MAX_SIDECAR_BYTES, SIDECAR_SUFFIX, HintError, parse_sidecar
+from batch_assets.ingest.speaker_hints import (
+    MAX_SIDECAR_BYTES,
+    SIDECAR_SUFFIX,
+    HintError,
+    parse_sidecar,
+    sidecar_language,
+)
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.schema.results import ResultClass
 from batch_assets.settings import current_settings
@@ -43,6 +49,7 @@ MANIFEST_SCHEMA = {
     "hint_min_speakers": pl.Int64,
     "hint_max_speakers": pl.Int64,
     "hint_problem": pl.String,
+    "sidecar_language": pl.String,
 }
 SKIPPED_SCHEMA = {"source_uri": pl.String, "relative_key": pl.String, "reason": pl.String}
 
@@ -134,16 +141,19 @@ def describe_object(
 
 
 def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path: str) -> dict:
-    """A unit's manifest columns from its sidecar: the hints, or why the sidecar was ignored (its name escaped)."""
-    rel, buffer = escaped(rel), io.BytesIO()
+    """A unit's manifest columns from its sidecar: the hints, or why they were ignored (its name escaped), and the
+    language it declares (as written: `ingest/unit_language.py` checks it)."""
+    rel, buffer, language = escaped(rel), io.BytesIO(), {}
     try:
         if (size := fs.size(path)) > MAX_SIDECAR_BYTES:  # never read a huge object into memory
             raise HintError(f"{rel}: {size} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
         download(fs, path, buffer, retries, confine_to=partition_path)
+        declared = sidecar_language(buffer.getvalue(), rel)
+        language = {} if declared is None else {"sidecar_language": storable(declared[:100])}
         hints = parse_sidecar(buffer.getvalue(), rel)
     except (FetchError, ChangedSinceListed, HintError, OSError, ValueError) as error:
-        return {"hint_problem": storable(f"speaker hints ignored: {error}"[:500])}
-    return {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
+        return language | {"hint_problem": storable(f"speaker hints ignored: {error}"[:500])}
+    return language | {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
 
 
 def build_manifest(
@@ -165,7 +175,8 @@ def build_manifest(
         if p in aliases:
             return aliases[p]
         if p in sidecars.values():
-            return f"sidecar: speaker-count hints for {relative_key(partition_path, p.removesuffix(SIDECAR_SUFFIX))!r}"
+            unit = relative_key(partition_path, p.removesuffix(SIDECAR_SUFFIX))
+            return f"sidecar: speaker-count hints and language for {unit!r}"
         return f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"
 
     skipped = [{"source_uri": uri_of(fs, p), "relative_key": relative_key(partition_path, p), "reason": why_skipped(p)}

@@ -4,8 +4,9 @@ Two sources, the unit's own winning: the run config of a partition (`gpu_section
 `min_speakers`, `max_speakers`; `batch-assets run --num-speakers ...`) for all its units, and a JSON sidecar
 beside an audio object, named after it with `.json` appended (`call.flac` -> `call.flac.json`:
 `{"num_speakers": 2}` or `{"min_speakers": 2, "max_speakers": 4}`). A sidecar is not a unit (it is listed in
-`skipped` as one); a bad sidecar never fails anything: its unit runs without hints and its `reason` says why.
-The hints applied are recorded per unit in `transcripts/units` (`hint_*` columns).
+`skipped` as one); bad hints never fail anything: the unit runs without hints and its `reason` says why.
+The hints applied are recorded per unit in `transcripts/units` (`hint_*` columns). A sidecar may also declare
+the unit's language (`{"language": "es"}`: `sidecar_language`, read on its own; `ingest/unit_language.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 SIDECAR_SUFFIX = ".json"
 MAX_SIDECAR_BYTES = 4096
 KEYS = ("num_speakers", "min_speakers", "max_speakers")
+LANGUAGE_KEY = "language"  # the unit's language, beside the hints (`ingest/unit_language.py`)
 SIDECAR, RUN_CONFIG = "sidecar", "run config"
 
 
@@ -63,8 +65,7 @@ class SpeakerHints:
 NO_HINTS = SpeakerHints()
 
 
-def parse_sidecar(data: bytes, name: str) -> SpeakerHints:
-    """A sidecar's hints; HintError naming the sidecar and what is wrong with it."""
+def _sidecar_object(data: bytes, name: str) -> dict:
     if len(data) > MAX_SIDECAR_BYTES:
         raise HintError(f"{name}: {len(data)} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
     try:
@@ -73,13 +74,31 @@ def parse_sidecar(data: bytes, name: str) -> SpeakerHints:
         raise HintError(f"{name}: not JSON ({error})") from None
     if not isinstance(value, dict):
         raise HintError(f"{name}: a JSON object is expected, like {{\"num_speakers\": 2}}, not {type(value).__name__}")
-    unknown = sorted(set(value) - set(KEYS))
+    return value
+
+
+def parse_sidecar(data: bytes, name: str) -> SpeakerHints:
+    """A sidecar's hints; HintError naming the sidecar and what is wrong with it."""
+    value = _sidecar_object(data, name)
+    unknown = sorted(set(value) - set(KEYS) - {LANGUAGE_KEY})
     if unknown:
-        raise HintError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))}: the keys are {', '.join(KEYS)}")
+        raise HintError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))}: the keys are "
+                        f"{', '.join((*KEYS, LANGUAGE_KEY))}")
     try:
-        return SpeakerHints(**value)
+        return SpeakerHints(**{key: value[key] for key in KEYS if key in value})
     except HintError as error:
         raise HintError(f"{name}: {error}") from None
+
+
+def sidecar_language(data: bytes, name: str) -> str | None:
+    """The sidecar's `language` as written (a string; any other JSON value as its JSON text), or None: absent, or
+    the sidecar unreadable (then `parse_sidecar` says why). Checked when the unit's language is resolved, so a bad
+    code fails that unit with a reason (`ingest/unit_language.py`)."""
+    try:
+        value = _sidecar_object(data, name).get(LANGUAGE_KEY)
+    except HintError:
+        return None
+    return value if value is None or isinstance(value, str) else json.dumps(value)
 
 
 def sidecar_of(key: str) -> str:

@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.gpu.tables import segment_indices
+from batch_assets.gpu.tables import LANGUAGE_COLUMNS, segment_indices
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
+from batch_assets.models.languages import word_separator
 from batch_assets.schema.results import SILENT_REASON, ResultClass
 
 
@@ -72,15 +73,42 @@ def _stitched_scores(rows: list[dict], windows: list[Window], unit_cores: list[t
     return shape[0], chunks(), shape[1:]
 
 
+def _window_reason(o: dict, w: Window, windows: list[Window]) -> str:
+    return f"window {w.index} ({w.start_s:.0f}-{w.start_s + w.duration_s:.0f} s) of {len(windows)}: {o['reason']}"
+
+
 def _unit_class(outcomes: list[dict], windows: list[Window]) -> tuple[str, str]:
-    failed = [(o, w) for o, w in zip(outcomes, windows, strict=True) if o["result_class"] == ResultClass.FAILED]
-    if failed:
-        o, w = failed[0]
-        return str(ResultClass.FAILED), (f"window {w.index} ({w.start_s:.0f}-{w.start_s + w.duration_s:.0f} s) of "
-                                         f"{len(windows)}: {o['reason']}")[:500]
+    """A windowed unit's class: failed if a window failed; silent if all were; unsupported_language if no window was
+    transcribed and one was in a language without a model; else transcribed (its reason naming any window whose
+    language had no model: that window has no words)."""
+    def first(cls: ResultClass) -> str | None:
+        found = [(o, w) for o, w in zip(outcomes, windows, strict=True) if o["result_class"] == cls]
+        return _window_reason(*found[0], windows)[:500] if found else None
+
+    if (failed := first(ResultClass.FAILED)) is not None:
+        return str(ResultClass.FAILED), failed
     if all(o["result_class"] == ResultClass.SILENT for o in outcomes):
         return str(ResultClass.SILENT), SILENT_REASON
-    return str(ResultClass.TRANSCRIBED), ""
+    unsupported = first(ResultClass.UNSUPPORTED_LANGUAGE)
+    if not any(o["result_class"] == ResultClass.TRANSCRIBED for o in outcomes):
+        return str(ResultClass.UNSUPPORTED_LANGUAGE), unsupported or ""
+    return str(ResultClass.TRANSCRIBED), unsupported or ""
+
+
+def _unit_language(outcomes: list[dict]) -> dict:
+    """A windowed unit's language columns: those of the language its windows speak longest (ties: the first)."""
+    speech: dict[str, float] = {}
+    for o in outcomes:
+        if o["language"] is not None:
+            speech[o["language"]] = speech.get(o["language"], 0.0) + (o["speech_s"] or 0.0)
+    if not speech:
+        return dict.fromkeys(LANGUAGE_COLUMNS)
+    language = max(speech, key=lambda lang: (speech[lang], -list(speech).index(lang)))
+    row = next(o for o in outcomes if o["language"] == language)
+    confidences = [o["language_confidence"] for o in outcomes
+                   if o["language"] == language and o["language_confidence"] is not None]
+    return {key: row[key] for key in LANGUAGE_COLUMNS} | {
+        "language_confidence": round(min(confidences), 6) if confidences else None}
 
 
 def stitch(fragments: dict[str, pl.DataFrame], plan: pl.DataFrame,
@@ -174,7 +202,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     regions = _rejoin(pl.concat(_on_unit_clock(fragments["regions"], uid, windows, unit_cores)), ["unit_id"])
     words = relabel(_on_unit_clock(fragments["words"], uid, windows, unit_cores, by_midpoint=True))
     words = words.with_columns(pl.col("speaker").replace_strict(names, default=None, return_dtype=pl.String))
-    if result_class != ResultClass.TRANSCRIBED:  # silent: no words, by construction
+    language = _unit_language(ordered)
+    if result_class != ResultClass.TRANSCRIBED:  # silent or unsupported_language: no words
         words = words.clear()
     words = words.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("word_index"),
                                pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
@@ -193,7 +222,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
         "outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id, "duration_s": duration,
                                    "result_class": result_class, "reason": reason, "speech_s": speech_s,
                                    "num_speakers": len(names) if result_class != ResultClass.SILENT else 0,
-                                   "num_words": len(words), "text": " ".join(words["word"])}],
+                                   "num_words": len(words),
+                                   "text": word_separator(language["language"]).join(words["word"])} | language],
                                  schema=fragments["outcomes"].schema),
     }
 

@@ -9,6 +9,7 @@ file lock so concurrent steps never race.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import pathlib
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import filelock
 import yaml
 
+from batch_assets.models.languages import TINY_LANGID, TINY_TDT_DE, TINY_TDT_ES
 from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
 from batch_assets.settings import current_settings
 
@@ -30,6 +32,9 @@ EMBEDDING_WEIGHTS = WEIGHTS_DIR / "embedding.bin"  # trained by batch_assets.tra
 PLDA_DIR = WEIGHTS_DIR / "plda"
 DIARIZATION_REPORT = WEIGHTS_DIR / "diarization.json"  # holds the tuned pipeline parameters
 TDT_WEIGHTS = WEIGHTS_DIR / "tiny-tdt.nemo"  # trained by batch_assets.training.train_asr
+LANGUAGE_TDT_WEIGHTS = {TINY_TDT_ES: WEIGHTS_DIR / "tiny-tdt-es.nemo",  # train_asr --language es
+                        TINY_TDT_DE: WEIGHTS_DIR / "tiny-tdt-de.nemo"}  # train_asr --language de
+LANGID_WEIGHTS = WEIGHTS_DIR / "tiny-langid.nemo"  # trained by batch_assets.training.train_langid
 
 DIARIZATION_PARAMS = {
     "segmentation": {"min_duration_off": 0.0},
@@ -84,6 +89,27 @@ def tiny_tdt_path() -> pathlib.Path:
 
     folder = cached_build("tiny-tdt", fingerprint(tiny_tdt_config(), BUILTIN_SEED), build)
     return folder / "tiny-tdt.nemo"
+
+
+def language_tdt_path(name: str) -> pathlib.Path:
+    """A builtin language's trained tiny TDT, shipped in the repo (no untrained stand-in: it would hear nothing)."""
+    path = LANGUAGE_TDT_WEIGHTS[name]
+    if not path.exists():
+        raise FileNotFoundError(f"{name}: {path} is missing: train it (make train-asr-languages) or route the "
+                                "language to another model (BATCH_ASSETS_ASR_MODELS)")
+    return path
+
+
+def tiny_langid_path() -> pathlib.Path:
+    """The trained builtin language identification model; before any training, a seeded random one."""
+    if LANGID_WEIGHTS.exists():
+        return LANGID_WEIGHTS
+    from batch_assets.models.langid_config import LANGID_SEED, build_langid, builtin_config
+
+    def build(folder: pathlib.Path) -> None:
+        build_langid(builtin_config(), LANGID_SEED).save_to(str(folder / "tiny-langid.nemo"))
+
+    return cached_build("tiny-langid", fingerprint(builtin_config(), LANGID_SEED), build) / "tiny-langid.nemo"
 
 
 def tiny_diarization_path() -> pathlib.Path:
@@ -165,7 +191,9 @@ def diarization_params() -> dict:
 
 
 def resolve(name: str) -> pathlib.Path:
-    builders = {TINY_TDT: tiny_tdt_path, TINY_DIARIZATION: tiny_diarization_path}
+    builders = {TINY_TDT: tiny_tdt_path, TINY_DIARIZATION: tiny_diarization_path, TINY_LANGID: tiny_langid_path}
+    builders |= {language_name: functools.partial(language_tdt_path, language_name)
+                 for language_name in LANGUAGE_TDT_WEIGHTS}
     if name not in builders:
         raise ValueError(f"unknown builtin model {name!r}; known: {sorted(builders)}")
     return builders[name]()

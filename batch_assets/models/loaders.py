@@ -4,7 +4,10 @@
   `nvidia/parakeet-tdt-0.6b-v2` (`ASRModel.from_pretrained`).
 - Diarization: a pyannote pipeline folder or `config.yaml`, or a name such as
   `pyannote/speaker-diarization-community-1` (`Pipeline.from_pretrained`, token from `HF_TOKEN`).
-- `builtin:tiny-tdt` / `builtin:tiny-diarization`: the offline defaults (see `builtin.py`).
+- Language identification: a `.nemo` file or a NeMo name such as `langid_ambernet`
+  (`EncDecSpeakerLabelModel.restore_from` / `.from_pretrained`); its labels (`cfg.train_ds.labels`) are language codes.
+- `builtin:tiny-tdt` (`-es`, `-de`) / `builtin:tiny-diarization` / `builtin:tiny-langid`: the offline defaults (see
+  `builtin.py`).
 - `builtin:parakeet-tdt-0.6b-v2-shaped` / `builtin:community-1-shaped`: the production architectures at
   production sizes with seeded random weights, for benches (see `production_shaped.py`).
 """
@@ -55,3 +58,23 @@ def load_diarization_pipeline(name: str, device, segmentation_batch_size: int, e
     pipeline.segmentation_batch_size = segmentation_batch_size
     pipeline.embedding_batch_size = embedding_batch_size
     return pipeline.to(device)
+
+
+def load_language_id_model(name: str, device):
+    """A language identification model (`EncDecSpeakerLabelModel`, AmberNet's class) on `device`, frozen; refused
+    when it carries no labels (`cfg.train_ds.labels`: the language of each of its classes)."""
+    quiet_model_libraries()
+    from nemo.collections.asr.models import EncDecSpeakerLabelModel
+
+    if isinstance(source := _local_or_name(name), pathlib.Path):
+        model = EncDecSpeakerLabelModel.restore_from(str(source), map_location=device)
+    else:
+        model = EncDecSpeakerLabelModel.from_pretrained(source, map_location=device)
+    labels = model.cfg.get("train_ds", {}).get("labels")
+    if not labels or len(labels) != model.decoder._num_classes:
+        raise ValueError(f"language identification model {name!r} has no language labels for its "
+                         f"{model.decoder._num_classes} classes (cfg.train_ds.labels): set "
+                         "BATCH_ASSETS_LANGUAGE_ID_MODEL to a model trained with them (langid_ambernet)")
+    model = model.to(device).eval()
+    model.freeze()
+    return model

@@ -18,7 +18,9 @@ import numpy as np
 # written in it (scripts/make_sample_data.py checks).
 ASR_VOCABULARY_WORDS = 500
 # a language's words: lowercase letters of its alphabet only (no digits, apostrophes or foreign script)
-LETTERS = {"en": re.compile(r"^[a-z]+$"), "es": re.compile(r"^[a-záéíóúüñ]+$"), "de": re.compile(r"^[a-zäöüß]+$")}
+# (Japanese: kana only, which espeak-ng reads as Japanese; it reads kanji as English)
+LETTERS = {"en": re.compile(r"^[a-z]+$"), "es": re.compile(r"^[a-záéíóúüñ]+$"), "de": re.compile(r"^[a-zäöüß]+$"),
+           "ja": re.compile(r"^[\u3041-\u309f\u30a0-\u30ff]+$")}
 
 
 @functools.lru_cache(maxsize=8)
@@ -29,9 +31,10 @@ def common_words(n: int = 3000, language: str = "en") -> tuple[str, ...]:
     return tuple(words[:n])
 
 
-def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS) -> set[str]:
-    """The words of `sentences` that are not among the N most common words (the ASR model's vocabulary)."""
-    return {word for sentence in sentences for word in sentence.split()} - set(common_words(n))
+def outside_vocabulary(sentences, n: int = ASR_VOCABULARY_WORDS, language: str = "en") -> set[str]:
+    """The words of `sentences` that are not among the language's N most common words (its builtin ASR model's
+    vocabulary)."""
+    return {word for sentence in sentences for word in sentence.split()} - set(common_words(n, language))
 
 
 def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000, lengths=(3, 12),

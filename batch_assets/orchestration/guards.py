@@ -8,8 +8,9 @@ nothing. So, before anything is written:
 - the degrade guard (`degrade_problem`) compares the new classes with the partition's current
   `transcripts` units: when more than `fraction` of the units now transcribed (`transcribed` or
   `truncated`: they have words) would become unread, undecoded or unprocessed (`DEGRADED_CLASSES`:
-  `fetch_failed`, `failed`, `changed_since_listed`, `undecodable`), it names the counts and the
-  commonest reasons, and the caller refuses the write unless told `allow_degrade`;
+  `fetch_failed`, `failed`, `changed_since_listed`, `undecodable`, and `unsupported_language`: a language
+  taken out of the routing), it names the counts and the commonest reasons, and the caller refuses the
+  write unless told `allow_degrade`;
 - on a day with no results yet, `systemic_problem` refuses a run whose every unit (at least two) is
   `fetch_failed` or `failed` for one and the same reason: that reason is a configuration or system
   fault, not the audio.
@@ -29,7 +30,7 @@ from batch_assets.schema.results import ResultClass
 
 # what a unit with words becomes when storage, decoder or device fail it (the same bytes decoded before)
 DEGRADED_CLASSES = (str(ResultClass.FETCH_FAILED), str(ResultClass.FAILED), str(ResultClass.CHANGED_SINCE_LISTED),
-                    str(ResultClass.UNDECODABLE))
+                    str(ResultClass.UNDECODABLE), str(ResultClass.UNSUPPORTED_LANGUAGE))
 # what every unit of a first-time day failing for one reason says about the system (corrupt files say nothing)
 SYSTEMIC_CLASSES = (str(ResultClass.FETCH_FAILED), str(ResultClass.FAILED))
 WITH_WORDS = (str(ResultClass.TRANSCRIBED), str(ResultClass.TRUNCATED))

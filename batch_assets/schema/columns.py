@@ -65,6 +65,12 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "format": "The export's format: srt, vtt, txt, json or rttm",
     "uri": "Where the file is",
     "hint_problem": "Why the unit's sidecar was ignored (null: no sidecar, or a good one)",
+    "sidecar_language": "The language the unit's sidecar declares, as written (null: none); checked when the GPU "
+                        "section runs (a bad code fails the unit)",
+    "language": "The unit's language (ISO 639-1; null: no speech, or never processed)",
+    "language_source": "Where the language came from: 'sidecar', 'run_config' or 'detected' (language identification)",
+    "language_confidence": "The language identification model's probability for the language (null unless detected)",
+    "asr_model": "The ASR model the language is routed to (null: none, the unit is unsupported_language; or no speech)",
 }
 
 

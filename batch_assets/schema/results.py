@@ -3,7 +3,8 @@
 Every listed audio object ends in exactly one class, with a human-readable reason. Ingest decides the first six
 (and `changed_since_listed`, when the object read to decode is not the one listed); the GPU section turns `ok`
 into `silent` or `transcribed` (or `failed` when that one unit could not be processed, so one bad unit never
-fails a partition). A unit whose audio decoded shorter than its header declared (a file cut off in transit, say)
+fails a partition; or `unsupported_language` when its language has no ASR model: never transcribed by another
+language's model). A unit whose audio decoded shorter than its header declared (a file cut off in transit, say)
 is processed for what decoded and classed `truncated`, its reason saying how much of how much.
 """
 
@@ -24,6 +25,7 @@ class ResultClass(StrEnum):
     FAILED = "failed"  # the GPU section could not process this unit (reason says why)
     TRUNCATED = "truncated"  # decoded shorter than declared: what decoded was processed (reason: how much of how much)
     CHANGED_SINCE_LISTED = "changed_since_listed"  # other bytes (or a symlink) when read to decode: not decoded
+    UNSUPPORTED_LANGUAGE = "unsupported_language"  # speech in a language no configured ASR model hears (reason: which)
 
 
 INGEST_CLASSES = (

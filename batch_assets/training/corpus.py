@@ -3,7 +3,7 @@
 The sentences come from `models/sentences.py`. Voices are espeak-ng accents x voice variants, each
 utterance at a random rate and pitch, with light background noise and gain. The splits are
 disjoint by sentence (held-out sentences never appear in training), and one test split uses voices
-that training never heard. English, Spanish and German each have their own voices (`VOICES`).
+that training never heard. English, Spanish, German and Japanese each have their own voices (`VOICES`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ VOICES = {
     "en": LanguageVoices(tuple(TRAIN_ACCENTS), tuple(HELD_OUT_VOICES)),
     "es": LanguageVoices(("es", "es-419"), ("es+m4", "es-419+f4", "es+m6")),
     "de": LanguageVoices(("de",), ("de+m4", "de+f4", "de+m6")),
+    "ja": LanguageVoices(("ja",), ("ja+m4", "ja+f4", "ja+m6")),  # for language identification (no Japanese TDT)
 }
 
 
