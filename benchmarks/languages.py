@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/languages.py [--units-per-language 3] [--json bench_out/languages.json]
 
 A mixed partition of two-voice dialogues in English, Spanish, German and Japanese (espeak-ng voices training never
-heard, sentences of each language's common words), run twice through the GPU section (builtin models: routing
+heard, sentences of each language's common words), run three times through the GPU section (builtin models: routing
 `builtin`, LID `builtin:tiny-langid`): `auto` (each unit's language detected, routed to its model; Japanese has no
-builtin model: `unsupported_language`), and `--language en` (every unit declared English: one model, no LID).
+builtin model: `unsupported_language`), `--language en` (every unit declared English: one model, no LID), and
+`auto` with every lever off (the exact gate against all on: every published column, the word edit rate per
+language).
 Prints: detection accuracy per language, LID seconds per audio-hour and its share of the section, ASR model loads
 per shard, section seconds of both runs, each language's word edit rate against the text spoken. Then the memory
 each loaded ASR model costs (RSS of a fresh process after loading one, two, three: the tiny TDTs and three
@@ -122,9 +124,11 @@ def main() -> None:
     import torch
 
     from batch_assets.definitions import all_assets
+    from batch_assets.gate.compare import gate
     from batch_assets.gpu.resources import GpuResource
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
+    from batch_assets.switches import SWITCHES
 
     torch.set_num_threads(args.threads)
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-languages-"))
@@ -168,7 +172,14 @@ def main() -> None:
           f"{mixed_meta['asr_model_loads']}", flush=True)
     mixed_meta, mixed = run("auto-warm", {})  # timed: models loaded, as in a long-lived worker
     english_meta, _ = run("all-english", {"language": "en"})
-    report = {"audio_hours": audio_s / 3600, "units": len(truth), "threads": args.threads, "per_language": {}}
+    off = {switch.name: False for switch in SWITCHES}
+    run("auto-levers-off", off)  # every lever off: the exact gate against all on, every column, per language
+    verdict = gate(storage_at(work / "auto-levers-off"), storage_at(work / "auto-warm"), [PARTITION], exact=True)
+    print(f"levers all on vs all off on the mixed partition: exact gate {'PASS' if verdict.passed else 'FAIL'}; "
+          f"word edit rate per language {verdict.language_edit_rates()}; decision columns changed "
+          f"{len(verdict.columns.changed)}; largest differences {verdict.columns.largest}", flush=True)
+    report = {"audio_hours": audio_s / 3600, "units": len(truth), "threads": args.threads, "per_language": {},
+              "levers_exact_gate": verdict.as_dict()}
     print(f"\n{'language':8s} {'units':>5s} {'detected right':>14s} {'confidence':>10s} {'class':>22s} "
           f"{'word edit rate':>14s}")
     rows = {row["relative_key"]: row for row in mixed.iter_rows(named=True)}

@@ -7,6 +7,8 @@ tests run flights of its audio through `gpu/section.py` with the worker's models
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 
 import jiwer
@@ -161,3 +163,15 @@ def test_english_words_are_the_same_detected_or_declared(models):
         (w.word, w.start_s, w.end_s, w.score, s) for w, s in b.words]
     assert models.asr_loads["builtin:tiny-tdt"] == models.asr_loads["builtin:tiny-tdt-es"] == 1  # once a process
 
+
+
+def test_a_model_that_does_not_load_fails_the_step_naming_it(models):
+    """A configuration fault, not a unit's: every unit of the language needs the model."""
+    from batch_assets.gpu.routing import ModelLoadError
+
+    broken = dataclasses.replace(models, routing=models.routing | {"es": "/nonexistent/es.nemo"},
+                                 asr_models=dict(models.asr_models), asr_loads=collections.Counter(),
+                                 decoder_settings=dict(models.decoder_settings))
+    with pytest.raises(ModelLoadError, match=r"ASR model '/nonexistent/es.nemo' \(languages es\) did not load: "
+                                             r".* fix BATCH_ASSETS_ASR_MODELS"):
+        _flight(broken, [("calls/es_llamada.wav", DeclaredLanguage("es", "sidecar"))])

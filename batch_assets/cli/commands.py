@@ -143,8 +143,10 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
             emit(_summary(storage, key))
         gpu = watcher.materialized.get("transcripts", {})
         models = gpu.get("models") or {}
-        emit(f"run {result.run_id} succeeded in {wall_s:.1f} s: asr {models.get('asr', '?')}, diarization "
-             f"{models.get('diarization', '?')}, device {gpu.get('device', '?')}")
+        routing = ", ".join(f"{lang}={model}" for lang, model in (models.get("asr") or {}).items()) or "?"
+        emit(f"run {result.run_id} succeeded in {wall_s:.1f} s: asr {routing}, language id "
+             f"{models.get('language_id', '?')}, diarization {models.get('diarization', '?')}, device "
+             f"{gpu.get('device', '?')}")
         first = partitions[0]
         emit("next:")
         emit(f"  batch-assets show --partition {first}                        speaker-attributed transcripts")

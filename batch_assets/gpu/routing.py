@@ -26,11 +26,25 @@ if TYPE_CHECKING:
     from batch_assets.gpu.section_stats import SectionStats
 
 
+class ModelLoadError(RuntimeError):
+    """A configured model could not be loaded: a configuration fault (the step fails), not a unit's."""
+
+
+def _load(what: str, load, fix: str):
+    try:
+        return load()
+    except Exception as error:
+        raise ModelLoadError(f"{what} did not load: {type(error).__name__}: {error}"[:800] + f" — {fix}") from error
+
+
 def asr_ready(models: LoadedModels, name: str, cuda_graphs: bool, stats: SectionStats):
     """ASR model `name`, loaded on first need (its seconds are the `model_load` stage), its decoder in the run's mode
-    (refused if its settings changed behind the section's back since this process last set them)."""
+    (refused if its settings changed behind the section's back since this process last set them). A model that does
+    not load fails the step, naming it, its languages and the variable (every unit of those languages needs it)."""
     started, first = time.perf_counter(), name not in models.asr_models
-    model = models.asr_model(name)
+    languages = ", ".join(sorted(lang for lang, model_name in models.routing.items() if model_name == name))
+    model = _load(f"ASR model {name!r} (languages {languages})", lambda: models.asr_model(name),
+                  "fix BATCH_ASSETS_ASR_MODELS, or fill the model cache (batch-assets models fetch)")
     if first:
         stats.asr_model_loads[name] += 1
         stats.add("model_load", 0.0, time.perf_counter() - started)
@@ -50,7 +64,8 @@ def resolve_languages(models: LoadedModels, waveforms: dict[str, np.ndarray], ou
         if language.language is None:
             if not models.language_id_loaded:
                 started = time.perf_counter()
-                models.language_id  # noqa: B018 (loaded on the first unit that needs it)
+                _load(f"language identification model {models.language_id_model!r}", lambda: models.language_id,
+                      "fix BATCH_ASSETS_LANGUAGE_ID_MODEL, or declare the language (--language)")
                 stats.add("model_load", 0.0, time.perf_counter() - started)
             started = time.perf_counter()
             try:
