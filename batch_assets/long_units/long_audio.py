@@ -28,26 +28,32 @@ class Dialogue:
     turns: list[tuple[float, float, str]]  # (start_s, end_s, voice)
 
 
-def sample_audio_paths(root: pathlib.Path = SAMPLE_ROOT, speech_only: bool = False) -> list[pathlib.Path]:
-    """The sample partitions' audio files, in path order: their speaker-hint sidecars left out, and with
-    `speech_only` the silent room too (the benches cut their corpora from these)."""
-    from batch_assets.ingest.speaker_hints import SIDECAR_SUFFIX
-
-    return [p for p in sorted((root / "audio").rglob("*")) if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX)
-            and not (speech_only and "silence" in p.parts)]
-
-
-def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT) -> list[Dialogue]:
-    """Every sample unit with speech, decoded, with its true turns (in partition, then key order)."""
-    dialogues = []
+def _sample_units(root: pathlib.Path, language: str):
+    """(partition, key, truth) of each sample unit spoken in `language` (a truth without one is English), and of
+    each unit without speech, in partition, then key order."""
     for truth_file in sorted((root / "truth").glob("*.json")):
         for key, truth in sorted(json.loads(truth_file.read_text()).items()):
-            if not truth["turns"]:
-                continue
-            path = root / "audio" / truth_file.stem / key
-            audio, _ = decode_file(str(path), suffix_of(key))
-            dialogues.append(Dialogue(f"{truth_file.stem}/{key}", audio,
-                                      [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]]))
+            if not truth["turns"] or truth.get("language", "en") == language:
+                yield truth_file.stem, key, truth
+
+
+def sample_audio_paths(root: pathlib.Path = SAMPLE_ROOT, speech_only: bool = False,
+                       language: str = "en") -> list[pathlib.Path]:
+    """The sample partitions' audio files of units in `language` (English: the benches cut their corpora from these),
+    in path order, and with `speech_only` without the silent room."""
+    return sorted(root / "audio" / partition / key for partition, key, truth in _sample_units(root, language)
+                  if truth["turns"] or not speech_only)
+
+
+def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT, language: str = "en") -> list[Dialogue]:
+    """Every sample unit with speech in `language`, decoded, with its true turns (in partition, then key order)."""
+    dialogues = []
+    for partition, key, truth in _sample_units(root, language):
+        if not truth["turns"]:
+            continue
+        audio, _ = decode_file(str(root / "audio" / partition / key), suffix_of(key))
+        dialogues.append(Dialogue(f"{partition}/{key}", audio,
+                                  [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]]))
     return dialogues
 
 
