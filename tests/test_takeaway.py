@@ -216,22 +216,26 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("config, message", [
-    ({"num_speakers": 2, "max_speakers": 3}, "give num_speakers, or min_speakers/max_speakers, not both"),
-    ({"language": "fr"}, "ops.gpu_section.config.language: no ASR model for language 'fr'; configured: de, en, es"),
-    ({"language": "french"}, "'french' is not an ISO 639-1 language code"),
+@pytest.mark.parametrize("config, step, message", [
+    ({"num_speakers": 2, "max_speakers": 3}, "gpu_section.plan_gpu_shards",
+     "give num_speakers, or min_speakers/max_speakers, not both"),
+    ({"language": "fr"}, "fetched_audio",
+     "ops.gpu_section.config.language: no ASR model for language 'fr'; configured: de, en, es"),
+    ({"language": "french"}, "fetched_audio", "'french' is not an ISO 639-1 language code"),
 ], ids=["hints", "language without a model", "not a language"])
-def test_a_bad_run_config_fails_at_once_naming_it(tmp_path, lock_dir, config, message):
-    """Contradictory hints, or a language no ASR model hears, fail the plan step: no GPU step starts."""
+def test_a_bad_run_config_fails_at_once_naming_it(tmp_path, lock_dir, config, step, message):
+    """Contradictory hints fail the plan step (no GPU step starts); a language no ASR model hears fails the run's
+    first step, before anything is fetched."""
     source = make_source(tmp_path / "source", {P: ["meetings/planning.mp3"]})
     resources = make_resources(tmp_path / "storage", lock_dir, source)
     result = materialize_partition(resources, run_config={"ops": {"gpu_section": {"config": config}}},
                                    raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
-    assert failure.step_key == "gpu_section.plan_gpu_shards"
-    assert message in str(failure.event_specific_data.error)
+    assert failure.step_key == step and message in str(failure.event_specific_data.error)
     assert not [e for e in result.all_events if e.step_key and e.step_key.startswith("gpu_section.gpu_shard[")]
+    if step == "fetched_audio":
+        assert not (tmp_path / "storage" / "fetched_audio").exists()  # nothing fetched, nothing written
 
 
 def test_a_bad_sidecar_says_what_is_wrong_with_it():

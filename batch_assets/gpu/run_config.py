@@ -15,7 +15,7 @@ from batch_assets.ingest.unit_language import DeclaredLanguage, unit_language
 from batch_assets.long_units.windows import LINK_THRESHOLD
 from batch_assets.models.languages import AUTO, LanguageError, run_language
 from batch_assets.orchestration.steps import DegradeConfig, lease_wait_field
-from batch_assets.settings import current_settings
+from batch_assets.settings import current_routing, current_settings
 from batch_assets.switches import SWITCHES
 
 SHARD_AUDIO_SECONDS = current_settings().shard_audio_seconds
@@ -80,11 +80,21 @@ class LanguageConfig(dg.Config):
 
 def checked_run_language(config: LanguageConfig, routing: dict[str, str]) -> str | None:
     """The run's language (None: detect); a code without a model fails the step at once, naming the code and the
-    configured languages (the plan step checks it before any GPU work; `batch-assets run` before the run)."""
+    configured languages (`fetched_audio` checks it before anything is fetched, the plan step before any GPU work,
+    `batch-assets run` before the run)."""
     try:
         return run_language(config.language, routing, "ops.gpu_section.config.language")
     except LanguageError as error:
         raise dg.Failure(str(error), allow_retries=False) from None
+
+
+def refuse_a_bad_run_language(run_config: dict) -> None:
+    """At a run's first step (`fetched_audio`), before anything is fetched: this run's `gpu_section` language,
+    checked against the deployment's routing (the settings the resources are built from). The plan step checks it
+    again against the `gpu` resource's own."""
+    language = run_config.get("ops", {}).get("gpu_section", {}).get("config", {}).get("language")
+    if language is not None:
+        checked_run_language(LanguageConfig(language=language), current_routing())
 
 
 def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, DeclaredLanguage]:

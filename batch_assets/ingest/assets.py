@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from batch_assets.gpu.run_config import refuse_a_bad_run_language
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest
@@ -108,7 +109,10 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig,
       fetched_audio:
         config: {allow_shrink: true}
     ```
+
+    A `gpu_section` language no ASR model hears fails it first, before anything is fetched.
     """
+    refuse_a_bad_run_language(context.run.run_config)
     preflight(context, storage, source=True)
     for partition in context.partition_keys:
         context.add_asset_metadata(fetch_partition(context, config, storage, partition), partition_key=partition)
