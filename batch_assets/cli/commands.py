@@ -38,7 +38,7 @@ def _summary(storage, partition: str) -> str:
         speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
         text = (row["text"] or row["reason"] or "")[:70]
         language = row.get("language") or "-"
-        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:12s} {duration:>7s} lang={language:<3s}"
+        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:20s} {duration:>7s} lang={language:<3s}"
                      f"spk={speakers} words={row['num_words']:<4d} {text}")
     by_class = units.group_by("result_class").len().sort("result_class")
     lines.append("  by class: " + ", ".join(f"{r['result_class']}={r['len']}" for r in by_class.iter_rows(named=True)))
