@@ -2,12 +2,12 @@
 
 `run_section(models, flights, levers, load, commit, section, checkpoint)` is what the GPU steps call
 (`gpu/shard_work.py: process_flights`, for the shard steps and the assembly); the benches reach it through
-those steps, and tests call it directly. It applies the decoder mode, feeds the flights' audio (prepared
-ahead or not: lever 1), runs VAD -> diarization -> ASR on each (`section.device_work`, then
-`section.host_work`: lever 6 overlaps a flight's host work with the next flight's device work, outside the
-lock), hands each flight's outcomes to `commit` and keeps none of them: memory holds the models, the flights
-being prepared, the one being processed and, with lever 6, the one whose host work is finishing, whatever
-the size of the partition. A decoder-mode mismatch
+those steps, and tests call it directly. It feeds the flights' audio (prepared ahead or not: lever 1), runs
+VAD -> language -> diarization -> ASR on each (`section.device_work`, which puts each ASR model's decoder in the
+run's mode before each flight's use of it, then `section.host_work`: lever 6 overlaps a flight's host work
+with the next flight's device work, outside the lock), hands each flight's outcomes to `commit` and keeps none
+of them: memory holds the models, the flights being prepared, the one being processed and, with lever 6, the
+one whose host work is finishing, whatever the size of the partition. A decoder-mode mismatch
 (`DecoderModeError`) or a device fault (`gpu/faults.py`: `DeviceFault`) propagates: the caller
 quarantines its worker; the flights committed before it stay committed.
 """
@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from batch_assets.gpu.asr import apply_decoder_mode
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.loaded import LoadedModels
@@ -141,10 +140,6 @@ def run_section(
             entered, report.entered_unix = time.perf_counter(), time.time()
             if models.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(models.device)
-            for name, model in models.asr_models.items():  # those loaded (the others: when first needed, `section`)
-                models.decoder_settings[name] = apply_decoder_mode(model, levers.asr_cuda_graphs_enabled,
-                                                                   models.decoder_settings.get(name),
-                                                                   models.word_confidence)
             for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the
                 # preparing too
                 checkpoint()
