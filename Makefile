@@ -76,7 +76,8 @@ bench-levers: setup
 bench-levers-production-shaped: setup
 	$(PY) benchmarks/levers.py --preset cpu --models production-shaped --json bench_out/levers-production-shaped.json
 
-# on a machine with one CUDA GPU: all off / seed levers / levers 1-4 / all on / all on + half, 2 repeats, < 10 minutes
+# on a machine with one CUDA GPU: all off / seed levers / levers 1-4 / all on / all on + half, then all on + each
+# approximate lever and both (gated against all on), 2 repeats
 bench-levers-gpu: setup
 	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
 

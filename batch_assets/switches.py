@@ -1,8 +1,11 @@
 """The speed levers as kill switches, in one registry.
 
-Each lever but one is on by default: those change no result (the gate and the tests hold them to it).
-`half_precision_enabled` changes numbers (reduced precision), so it is off unless a deployment turns it on
-after the gate passes on its own audio. A default can be flipped for a whole deployment with an environment
+Three kinds (`Switch.kind`). The exact levers are on by default: they change no result (the gate and the tests
+hold them to it). `half_precision_enabled` changes numbers (reduced precision), so it is off unless a deployment
+turns it on after the gate passes on its own audio. The approximate levers (`embedding_trunk_blocks_enabled`,
+`embedding_skip_covered_enabled`) change results by design, within the bounds of the gate for approximate levers
+(`gate/compare.py`, against the exact run of the same audio): off unless that gate passes on a deployment's audio.
+A default can be flipped for a whole deployment with an environment
 variable, read once when the code location loads (`Settings.switch_defaults` in `settings.py`, so every
 run launched from that location agrees),
 and each run can still override it in run config from the launchpad. A value other than
@@ -30,6 +33,7 @@ class Switch:
     description: str  # shown in the launchpad, docs/gpu-section.md, the README and the Helm values
     default: bool = True  # when the variable is unset or empty
     helm_value: str = "true"  # what the Helm values set the variable to
+    kind: str = "exact"  # "exact": changes no result; "numbers": reduced precision; "approximate": see above
 
     def helm_env(self) -> list[str]:
         return [f"        # {self.description}", f"        - name: {self.env_var}",
@@ -56,9 +60,20 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("half_precision_enabled", "BATCH_PIPELINE_HALF_PRECISION_ENABLED",
            "reduced precision (autocast) for the ASR encoder and the embedding trunk; changes numbers: off unless the "
            "gate passes",
-           default=False, helm_value="false"),
+           default=False, helm_value="false", kind="numbers"),
+    Switch("embedding_trunk_blocks_enabled", "BATCH_PIPELINE_EMBEDDING_TRUNK_BLOCKS_ENABLED",
+           "APPROXIMATE: the embedding trunk once over each second of a unit (blocks of up to 60 s), every chunk's "
+           "speakers pooled from those frames, not one trunk pass per overlapping chunk; off unless the approximate "
+           "gate passes",
+           default=False, helm_value="false", kind="approximate"),
+    Switch("embedding_skip_covered_enabled", "BATCH_PIPELINE_EMBEDDING_SKIP_COVERED_ENABLED",
+           "APPROXIMATE: a chunk speaker covered by a neighbour chunk's same speaker takes its embedding instead of "
+           "being embedded; off unless the approximate gate passes",
+           default=False, helm_value="false", kind="approximate"),
 )
 SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}
+EXACT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "exact")
+APPROXIMATE_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "approximate")
 README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read once at code-location load) | lever |\n"
                  "|---|---|---|")
 

@@ -13,14 +13,19 @@ One process: the corpus is generated (real speech cut from the sample partition 
 lengths, some silent), `fetched_audio` and `prepared_flights` are materialized once, then the GPU step
 (`gpu_section`, the same code the UI runs) is materialized once untimed with all levers off (the warm-up,
 and the gate's baseline), then for every variant, `--repeats` times: all levers off, each lever alone,
-the three seed levers, levers 1-4, all on (every lever that changes no result), all on + half precision
-(each preset picks a subset to fit its time; `--variants` overrides). Every flight load waits a simulated
+the three seed levers, levers 1-4, all on (every lever that changes no result), all on + half precision,
+all on + each approximate lever and all on + both (`all on + approximate`) (each preset picks a subset to fit its
+time; `--variants` overrides). The approximate variants are gated against the first all on run, not all off:
+word edit rate, speaker agreement, lost speech, class changes, and with `--corpus dialogues` (whose truth is
+known) DER at most 0.5 points over all on's; a variant is called a win only if every one of its gates passes.
+Every flight load waits a simulated
 storage latency per unit (default 0.43 s, the production figure). Torch threads are set explicitly
 (`--threads`). Prints the per-stage table with segmentation and embedding work, the section's seconds split
 per stage into device work (model forwards) and host work, then `all on vs all off` (audio-hours per
 compute-hour), `diarization all on vs all off` (diarization stage seconds), lever 2 alone, what levers 5
-and 6 add, and half precision's gate against full precision (it decides whether that switch may be on),
-and writes JSON (`--json`).
+and 6 add, half precision's gate against full precision (it decides whether that switch may be on), then for
+each approximate variant `diarization <variant> vs all on: X.XXx` and `<variant> vs all off: X.XXx` with its
+gate's figures, and writes JSON (`--json`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from batch_assets.gate.columns import CONTINUOUS, EMBEDDING, SCORE  # noqa: E402 (after the path insert)
 from batch_assets.gpu.section_stats import STAGES  # noqa: E402 (after the path insert)
-from batch_assets.switches import SWITCHES  # noqa: E402 (after the path insert; light: no model library)
+from batch_assets.switches import (  # noqa: E402 (after the path insert; light: no model library)
+    APPROXIMATE_SWITCHES,
+    EXACT_SWITCHES,
+    SWITCHES,
+)
 
 PARTITION = "2026-04-01"
 MODELS = {
@@ -50,16 +59,20 @@ MODELS = {
     "production-shaped": ("builtin:parakeet-tdt-0.6b-v2-shaped", "builtin:community-1-shaped"),
 }
 LEVERS = tuple(s.name for s in SWITCHES)
-EXACT = tuple(s.name for s in SWITCHES if s.default)  # the levers that change no result (on by default)
+EXACT = EXACT_SWITCHES  # the levers that change no result (on by default)
+TRUNK_BLOCKS, SKIP_COVERED = APPROXIMATE_SWITCHES  # change results by design: gated against "all on"
 HALF = "half_precision_enabled"  # changes numbers: gated against full precision, not held to "identical"
 SEED_LEVERS = LEVERS[:3]  # the three the project started with
 SHORT = {"prepare_flight_enabled": "prepare flights", "vad_segmentation_reuse_enabled": "reuse segmentation",
          "asr_cuda_graphs_enabled": "cuda graphs", "embedding_shared_trunk_enabled": "shared trunk",
          "batch_across_units_enabled": "batch across units", "host_overlap_enabled": "host overlap",
-         HALF: "half precision"}
+         HALF: "half precision", TRUNK_BLOCKS: "trunk blocks", SKIP_COVERED: "skip covered"}
 VARIANTS = ({"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS}
             | {"seed levers": SEED_LEVERS, "levers 1-4": LEVERS[:4], "all on": EXACT, "all on + half": (*EXACT, HALF),
-               "all on, reuse off": tuple(lever for lever in EXACT if lever != "vad_segmentation_reuse_enabled")})
+               "all on, reuse off": tuple(lever for lever in EXACT if lever != "vad_segmentation_reuse_enabled"),
+               "all on + trunk blocks": (*EXACT, TRUNK_BLOCKS), "all on + skip covered": (*EXACT, SKIP_COVERED),
+               "all on + approximate": (*EXACT, *APPROXIMATE_SWITCHES)})
+APPROXIMATE = ("all on + trunk blocks", "all on + skip covered", "all on + approximate")
 # (models, preset) -> corpus and default variants
 PRESETS = {
     ("tiny", "cpu"): {"units": 12, "min_s": 20.0, "max_s": 90.0, "silent_share": 0.15,
@@ -68,9 +81,10 @@ PRESETS = {
     ("tiny", "gpu"): {"units": 120, "min_s": 20.0, "max_s": 100.0, "silent_share": 0.1, "variants": list(VARIANTS)},
     ("production-shaped", "cpu"): {"units": 4, "min_s": 15.0, "max_s": 30.0, "silent_share": 0.15,
                                    "variants": ["all off", "seed levers", "levers 1-4", "all on, reuse off", "all on",
-                                                "all on + half"]},
+                                                "all on + half", *APPROXIMATE]},
     ("production-shaped", "gpu"): {"units": 20, "min_s": 30.0, "max_s": 120.0, "silent_share": 0.1,
-                                   "variants": ["all off", "seed levers", "levers 1-4", "all on", "all on + half"]},
+                                   "variants": ["all off", "seed levers", "levers 1-4", "all on", "all on + half",
+                                                *APPROXIMATE]},
 }
 
 
@@ -99,22 +113,26 @@ def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silen
     return total
 
 
-def generate_dialogues(folder: pathlib.Path, units: int, min_s: float, max_s: float, seed: int) -> float:
-    """Hidden-style dialogues: 2-4 espeak-ng voices (drawn with a seed the training corpora do not use), a turn per
-    utterance, pauses and now and then overlapping speech (`training/speakers.py`), each unit about
-    `min_s`..`max_s` long."""
+def generate_dialogues(folder: pathlib.Path, units: int, min_s: float, max_s: float, seed: int) -> tuple[float, dict]:
+    """Hidden-style dialogues: 2-4 espeak-ng voices (drawn with a seed the training corpora do not use), turns of one
+    to five utterances (about 2-20 s), pauses and now and then overlapping speech (`training/speakers.py`), each
+    unit about `min_s`..`max_s` long. Returns the audio seconds and the truth, `{unit_id: [[start_s, end_s,
+    speaker], ...]}`."""
     from batch_assets.training.speakers import dialogue, make_speakers, utterance_pool
 
     rng = np.random.default_rng(seed + 1000)  # not the training corpora's seeds
     pool = utterance_pool(make_speakers(10, rng), per_speaker=12, rng=rng)
     folder.mkdir(parents=True, exist_ok=True)
-    total = 0.0
+    total, truth = 0.0, {}
     for i in range(units):
-        turns = max(2, int(rng.uniform(min_s, max_s) / 3.5))  # an utterance and its pause: about 3.5 s
-        audio, _ = dialogue(pool, rng, speakers=int(rng.integers(2, 5)), turns=(turns, turns), overlap_p=0.15)
-        sf.write(folder / f"dialogue_{i:03d}.wav", audio, 16000, subtype="PCM_16")
+        turns = max(2, int(rng.uniform(min_s, max_s) / 7.0))  # a turn and its pause: about 7 s
+        audio, spoken = dialogue(pool, rng, speakers=int(rng.integers(2, 5)), turns=(turns, turns), overlap_p=0.15,
+                                 utterances_per_turn=(1, 5))
+        name = f"dialogue_{i:03d}.wav"
+        sf.write(folder / name, audio, 16000, subtype="PCM_16")
+        truth[name] = [[start, end, speaker] for speaker, start, end in spoken]
         total += len(audio) / 16000
-    return total
+    return total, truth
 
 
 def switches(variant: str) -> dict[str, bool]:
@@ -157,12 +175,18 @@ def main() -> None:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or "all off" not in variants:
         parser.error(f"--variants: unknown {unknown} (known: {', '.join(VARIANTS)}); 'all off' is the gate's baseline")
-    variants = ["all off", *[v for v in variants if v != "all off"]]
+    if set(variants) & set(APPROXIMATE) and "all on" not in variants:
+        parser.error("--variants: an approximate variant is gated against 'all on': add it")
+    # all off first (the exact gates' baseline), the approximate variants after all on (theirs)
+    variants = ["all off", *[v for v in variants if v not in ("all off", *APPROXIMATE)],
+                *[v for v in variants if v in APPROXIMATE]]
     threads = args.threads or len(os.sched_getaffinity(0))
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-levers-"))
+    truth = None  # the dialogues' true turns: the gates then hold DER against them
     if args.corpus == "dialogues":
-        audio_s = generate_dialogues(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"],
-                                     args.seed)
+        audio_s, turns = generate_dialogues(work / "source" / PARTITION, preset["units"], preset["min_s"],
+                                            preset["max_s"], args.seed)
+        truth = {PARTITION: turns}
     else:
         audio_s = generate(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"],
                            preset["silent_share"], args.seed)
@@ -215,13 +239,19 @@ def main() -> None:
     wall, _, baseline = run_variant("all off", work / "baseline")
     print(f"{'warm-up: all off':20s} {wall:6.1f} s wall (untimed; the gate's baseline)", flush=True)
     rows = []
+    all_on = None  # the first "all on" run: the approximate variants' baseline
     for repeat in range(args.repeats):
         for name in variants:
             wall, meta, storage = run_variant(name, work / f"run-{len(rows):02d}")
-            config = switches(name)
-            verdict = gate(baseline, storage, [PARTITION], exact=not config[HALF])  # the levers: every column
+            all_on = all_on or (storage if name == "all on" else None)
+            config, approximate = switches(name), name in APPROXIMATE
+            # the exact levers: every column against all off; half precision and the approximate levers: the
+            # gate's bars (the approximate ones against the exact all on run), with DER where a truth is known
+            verdict = gate(all_on if approximate else baseline, storage, [PARTITION],
+                           exact=not (config[HALF] or approximate), truth=truth)
             rows.append({
                 "variant": name, "repeat": repeat, "switches": config, "wall_s": wall,
+                "gated_against": "all on" if approximate else "all off",
                 "audio_hours_per_compute_hour": (audio_s / 3600) / (wall / 3600),
                 "section_s": meta["section_seconds"], "asr_s": meta["asr_seconds"],
                 "diarization_s": meta["diarization_seconds"],
@@ -234,7 +264,7 @@ def main() -> None:
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "gate": verdict.as_dict(),
             })
-            print(f"{name:20s} repeat {repeat}: {wall:6.1f} s wall, gate {'PASS' if verdict.passed else 'FAIL'}",
+            print(f"{name:21s} repeat {repeat}: {wall:6.1f} s wall, gate {'PASS' if verdict.passed else 'FAIL'}",
                   flush=True)
     del models
     summary = report(rows, variants, device)
@@ -251,22 +281,23 @@ def main() -> None:
 def report(rows: list[dict], variants: list[str], device: str) -> dict:
     """Print the per-run table, the section's device/host split, and the ratio lines; return the summary numbers."""
     rate = "audio-h/GPU-h" if device.startswith("cuda") else "audio-h/compute-h"
-    print(f"\n{'variant':18s} {'rep':>3s} {rate:>17s} {'section s':>9s} {'VAD s':>6s} {'diar s':>7s} {'ASR s':>6s} "
+    print(f"\n{'variant':21s} {'rep':>3s} {rate:>17s} {'section s':>9s} {'VAD s':>6s} {'diar s':>7s} {'ASR s':>6s} "
           f"{'load wait':>9s} {'seg fwd':>7s} {'trunk fwd':>9s} {'pooled':>6s} {'peak memory':>16s} {'WER':>6s} "
-          f"{'spk':>5s} {'gate':>4s} {'score diff':>10s} {'emb diff':>9s}")
+          f"{'spk':>5s} {'gate':>4s} {'score diff':>10s} {'emb diff':>9s} {'DER truth':>9s} {'DER vs base':>11s}")
     for r in rows:
         g, e = r["gate"], r["embedding_work"]
         memory = (f"{r['cuda_peak_gib']:.2f} GiB CUDA" if r["cuda_peak_gib"] is not None
                   else f"{r['peak_rss_mib']:.0f} MiB RSS")
-        print(f"{r['variant']:18s} {r['repeat']:>3d} {r['audio_hours_per_compute_hour']:>17.1f} {r['section_s']:>9.1f} "
+        print(f"{r['variant']:21s} {r['repeat']:>3d} {r['audio_hours_per_compute_hour']:>17.1f} {r['section_s']:>9.1f} "
               f"{r['vad_s']:>6.1f} {r['diarization_s']:>7.1f} {r['asr_s']:>6.1f} {r['flight_load_wait_s']:>9.1f} "
               f"{r['segmentation_forwards']:>7d} {e['trunk_forwards']:>9d} {e['pooled_pairs']:>6d} {memory:>16s} "
               f"{g['word_edit_rate']:>6.4f} {g['speaker_agreement']:>5.3f} {'PASS' if g['passed'] else 'FAIL':>4s} "
-              f"{g['largest_difference'][SCORE]:>10.1e} {g['largest_difference'][EMBEDDING]:>9.1e}")
+              f"{g['largest_difference'][SCORE]:>10.1e} {g['largest_difference'][EMBEDDING]:>9.1e} "
+              f"{_percent(g.get('der_vs_truth', {}).get('candidate')):>9s} {_percent(g['der_vs_baseline']):>11s}")
     print("\nsection seconds split into device work (model forwards) and host work, per stage (mean of runs); "
           "'host in section' is host work on the device work's path (lever 6 moves the rest off it)")
     stages = STAGES
-    print(f"{'variant':18s} " + " ".join(f"{stage + ' dev/host':>20s}" for stage in stages)
+    print(f"{'variant':21s} " + " ".join(f"{stage + ' dev/host':>20s}" for stage in stages)
           + f" {'device s':>8s} {'host s':>7s} {'host in section':>15s} {'host share':>10s} {'after section':>13s}")
 
     def mean(name: str, key) -> float:
@@ -285,11 +316,11 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
                                           for k in ("device", "host")} for stage in stages}}
         cells = " ".join(f"{split[name]['stages'][st]['device']:>9.1f} / {split[name]['stages'][st]['host']:>8.2f}"
                          for st in stages)
-        print(f"{name:18s} {cells} {device_s:>8.1f} {host_s:>7.2f} {in_section:>15.2f} "
+        print(f"{name:21s} {cells} {device_s:>8.1f} {host_s:>7.2f} {in_section:>15.2f} "
               f"{100 * (split[name]['host_share_of_section'] or 0):>9.1f}% "
               f"{split[name]['host_after_section_s']:>13.2f}")
 
-    exact = [r for r in rows if not r["switches"].get(HALF)]
+    exact = [r for r in rows if r["variant"] not in APPROXIMATE and not r["switches"].get(HALF)]
     print("\nevery published column against all off: decision columns changed, and the largest difference of each "
           "continuous column (bounds: " + ", ".join(f"{c} {b:.0e}" for c, b in CONTINUOUS.items()) + ")")
     columns = {}
@@ -297,7 +328,7 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
         runs = [r["gate"] for r in rows if r["variant"] == name]
         columns[name] = {"changed_columns": sorted({c for g in runs for c in g["changed_columns"]}),
                          "largest_difference": {c: max(g["largest_difference"][c] for g in runs) for c in CONTINUOUS}}
-        print(f"{name:18s} changed {len(columns[name]['changed_columns']):>2d}  " + "  ".join(
+        print(f"{name:21s} changed {len(columns[name]['changed_columns']):>2d}  " + "  ".join(
             f"{c} {v:.2e}" for c, v in columns[name]["largest_difference"].items()))
     summary = {"gates_passed": all(r["gate"]["passed"] for r in exact), "device_host": split, "columns": columns,
                "mean": {name: {key: mean(name, key) for key in ("audio_hours_per_compute_hour", "section_s", "vad_s",
@@ -336,7 +367,43 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
               f"word edit rate <= {h['word_edit_rate']:.4f}, speaker agreement >= {h['speaker_agreement']:.3f}: "
               f"gate {'PASS' if h['gate_passed'] else 'FAIL'} (it decides whether the switch may be on)"
               + (f"; {h['speedup_vs_all_on']:.2f}x all on" if "speedup_vs_all_on" in h else ""))
+    approximate = [name for name in variants if name in APPROXIMATE]
+    if approximate:
+        print("\napproximate levers, each run gated against the exact all on run (speaker agreement >= 0.97, word edit "
+              "rate <= 1%, no lost speech, no class change, and with a truth DER at most 0.5 points over all on's): a "
+              "variant is a win only if every run's gate passes")
+        summary["approximate"] = {}
+    for name in approximate:
+        runs = [r["gate"] for r in rows if r["variant"] == name]
+        figures = {"gate_passed": all(g["passed"] for g in runs),
+                   "diarization_speedup_vs_all_on": mean("all on", "diarization_s") / mean(name, "diarization_s"),
+                   "speedup_vs_all_off": (mean(name, "audio_hours_per_compute_hour")
+                                          / mean("all off", "audio_hours_per_compute_hour")),
+                   "speaker_agreement": min(g["speaker_agreement"] for g in runs),
+                   "word_edit_rate": max(g["word_edit_rate"] for g in runs),
+                   "lost_speech_s": max(g["lost_speech_s"] for g in runs),
+                   "class_changes": max(len(g["class_changes"]) for g in runs),
+                   "der_vs_all_on": max(g["der_vs_baseline"] for g in runs)}
+        if all("der_vs_truth" in g for g in runs):
+            figures |= {"der_vs_truth": max(g["der_vs_truth"]["candidate"] for g in runs),
+                        "all_on_der_vs_truth": runs[0]["der_vs_truth"]["baseline"],
+                        "der_points_worse": max(g["der_vs_truth"]["points_worse"] for g in runs)}
+        summary["approximate"][name] = figures
+        verdict = "a win: gate PASS" if figures["gate_passed"] else "NOT a win: gate FAIL"
+        print(f"diarization {name} vs all on: {figures['diarization_speedup_vs_all_on']:.2f}x ({verdict})")
+        print(f"{name} vs all off: {figures['speedup_vs_all_off']:.2f}x ({rate}; {verdict})")
+        print(f"  gate: speaker agreement >= {figures['speaker_agreement']:.4f}, word edit rate <= "
+              f"{figures['word_edit_rate']:.4f}, lost speech <= {figures['lost_speech_s']:.2f} s, class changes "
+              f"{figures['class_changes']}, DER vs all on's turns <= {100 * figures['der_vs_all_on']:.2f} %"
+              + (f", DER vs truth {100 * figures['der_vs_truth']:.2f} % (all on "
+                 f"{100 * figures['all_on_der_vs_truth']:.2f} %, {figures['der_points_worse']:+.2f} points)"
+                 if "der_vs_truth" in figures else
+                 ", DER vs truth: no truth (--corpus dialogues has one)"))
     return summary
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
 
 
 if __name__ == "__main__":

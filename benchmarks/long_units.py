@@ -11,6 +11,10 @@ unit each, one partition): the DER a long unit should stay within 2 points of.
 
     .venv/bin/python benchmarks/long_units.py                       # 0.5 1 2 4 8 h, builtin models, CPU, 2 threads
     .venv/bin/python benchmarks/long_units.py --hours 0.5 1 --out benchmarks/results/long_units.json
+    .venv/bin/python benchmarks/long_units.py --hours 0.5 --levers exact "trunk blocks" "skip covered" approximate
+
+`--levers`: each case measured once per named set of approximate levers (`exact`: none; the default), so their
+DER on the long-recording path (windows, stitched speakers) reads against the exact run's.
 """
 
 from __future__ import annotations
@@ -56,46 +60,47 @@ def build_short(folder: pathlib.Path) -> None:
     (folder / "truth.json").write_text(json.dumps(truth))
 
 
-def measure(folder: pathlib.Path, threads: int) -> dict:
-    """Materialize the folder's partition and score it against its truth (in a fresh process)."""
+LEVERS = {"exact": (), "trunk blocks": ("embedding_trunk_blocks_enabled",),
+          "skip covered": ("embedding_skip_covered_enabled",),
+          "approximate": ("embedding_trunk_blocks_enabled", "embedding_skip_covered_enabled")}
+
+
+def measure(folder: pathlib.Path, threads: int, levers: str = "exact") -> dict:
+    """Materialize the folder's partition, the approximate levers `levers` on (`LEVERS`), and score it against its
+    truth (in a fresh process)."""
     import resource
 
     import dagster as dg
     import numpy as np
     import polars as pl
-    from pyannote.core import Annotation, Segment
-    from pyannote.metrics.diarization import DiarizationErrorRate
 
     from batch_assets.definitions import all_assets
+    from batch_assets.gate.diarization_error import score, turns_by_unit
     from batch_assets.gpu.resources import GpuResource
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
 
-    storage = StorageResource(source_url=str(folder / "source"), storage_url=str(folder / "storage"))
+    storage = StorageResource(source_url=str(folder / "source"),
+                              storage_url=str(folder / f"storage-{levers.replace(' ', '-')}"))
     assets = [a for a in all_assets
               if {k.to_user_string() for k in a.keys} & {"fetched_audio", "prepared_flights", "transcripts"}]
     started = time.perf_counter()
     result = dg.materialize(assets, partition_key=PARTITION, instance=dg.DagsterInstance.ephemeral(),
+                            run_config={"ops": {"gpu_section": {"config": dict.fromkeys(LEVERS[levers], True)}}},
                             resources={"storage": storage, "gpu_io": StorageJsonIOManager(storage=storage),
                                        "gpu": GpuResource(lock_dir=str(folder / "lock"), device="cpu",
                                                           torch_threads=threads)})
     wall = time.perf_counter() - started
     assert result.success
-    truth = json.loads((folder / "truth.json").read_text())
+    truth = {uid: [(start, end, voice) for start, end, voice in turns]
+             for uid, turns in json.loads((folder / "truth.json").read_text()).items()}
     units = storage.read_parquet("transcripts", PARTITION, "units")
-    turns = storage.read_parquet("diarization", PARTITION, "turns").filter(~pl.col("exclusive"))
     words = storage.read_parquet("transcripts", PARTITION, "words")
     plan = storage.read_parquet("prepared_flights", PARTITION, "plan")
-    metric = DiarizationErrorRate(collar=0.0, skip_overlap=False)
+    der = score(truth, turns_by_unit(storage.read_parquet("diarization", PARTITION, "turns")))
     agree = total = 0
     for uid, true_turns in truth.items():
-        reference, hypothesis = Annotation(uri=uid), Annotation(uri=uid)
-        for start, end, voice in true_turns:
-            reference[Segment(start, end)] = voice
-        for row in turns.filter(pl.col("unit_id") == uid).iter_rows(named=True):
-            hypothesis[Segment(row["start_s"], row["end_s"]), len(hypothesis)] = row["speaker"]
-        metric(reference, hypothesis)
-        mapping = metric.optimal_mapping(reference, hypothesis)
+        mapping = der.mappings[uid]  # a found speaker -> the true voice, DER's optimal mapping
         starts = np.array([t[0] for t in true_turns])
         for row in words.filter(pl.col("unit_id") == uid).iter_rows(named=True):
             middle = (row["start_s"] + row["end_s"]) / 2
@@ -114,7 +119,7 @@ def measure(folder: pathlib.Path, threads: int) -> dict:
         "windows": int(plan["window"].is_not_null().sum()),
         "speakers_found": int(units["num_speakers"].max()),
         "true_speakers": len({v for t in truth.values() for _, _, v in t}),
-        "der_percent": round(100 * abs(metric), 2),
+        "der_percent": round(100 * der.rate, 2),
         "word_speaker_agreement": round(agree / total, 4) if total else None,
         "words": len(words),
     }
@@ -137,6 +142,8 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/long_units.json")
     parser.add_argument("--build", nargs=2, metavar=("HOURS", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--build-short", metavar="FOLDER", help=argparse.SUPPRESS)
+    parser.add_argument("--levers", nargs="+", choices=sorted(LEVERS), default=["exact"],
+                        help="measure each case with these approximate levers on (exact: none), each on its own")
     parser.add_argument("--measure", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build:
@@ -144,7 +151,7 @@ def main() -> None:
     if args.build_short:
         return build_short(pathlib.Path(args.build_short))
     if args.measure:
-        print(json.dumps(measure(pathlib.Path(args.measure), args.threads)))
+        print(json.dumps(measure(pathlib.Path(args.measure), args.threads, args.levers[0])))
         return None
     rows = []
     with tempfile.TemporaryDirectory(prefix="long-units-") as scratch:
@@ -155,10 +162,12 @@ def main() -> None:
                 _child("--build-short", str(folder))
             else:
                 _child("--build", str(hours), str(folder), "--seed", str(args.seed))
-            row = {"case": label} | _child("--measure", str(folder), "--threads", str(args.threads))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    columns = ["case", "audio_s", "units", "windows", "wall_s", "gpu_step_peak_rss_mib", "speakers_found",
+            for levers in args.levers:
+                row = {"case": label, "levers": levers} | _child("--measure", str(folder), "--threads",
+                                                                 str(args.threads), "--levers", levers)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    columns = ["case", "levers", "audio_s", "units", "windows", "wall_s", "gpu_step_peak_rss_mib", "speakers_found",
                "true_speakers", "der_percent", "word_speaker_agreement"]
     print("\n| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for row in rows:

@@ -11,7 +11,14 @@ import soundfile as sf
 import torch
 
 from batch_assets.gpu import pyannote_adapter as adapter
-from batch_assets.gpu.diarization import DiarizationCall, diarization_file, diarize, make_levered
+from batch_assets.gpu.covered_pairs import NOT_COPIED, covered_sources, fill_copies, frame_shift
+from batch_assets.gpu.diarization import (
+    DiarizationCall,
+    PrecomputedEmbeddings,
+    diarization_file,
+    diarize,
+    make_levered,
+)
 from batch_assets.gpu.shared_trunk import SHARED_TRUNK, STOCK_SWITCHED_OFF
 from batch_assets.gpu.vad import as_pyannote_file
 from batch_assets.models import builtin
@@ -45,14 +52,26 @@ def both_ways(pipeline, waveform):
     return [diarize(pipeline, waveform, "u", None, shared_trunk=shared) for shared in (False, True)]
 
 
-def pair_embeddings(pipeline, waveform):
-    """Every (chunk, local speaker) embedding both ways, with the binarized segmentation they came from."""
+def pair_embeddings(pipeline, waveform, ways=({"shared_trunk": False}, {"shared_trunk": True})):
+    """Every (chunk, local speaker) embedding each way (`DiarizationCall` options), with the segmentation they came
+    from and each way's work."""
     segmentations = pipeline.get_segmentations(as_pyannote_file(waveform, "u"))
-    out = []
-    for shared in (False, True):
-        file = diarization_file(waveform, "u", DiarizationCall(shared_trunk=shared))
+    out, works = [], []
+    for options in ways:
+        call = DiarizationCall(**options)
+        file = diarization_file(waveform, "u", call)
         out.append(pipeline.get_embeddings(file, segmentations, exclude_overlap=pipeline.embedding_exclude_overlap))
-    return segmentations, out
+        works.append(call.embedding_work)
+    return segmentations, out, works
+
+
+def diarize_given(pipeline, waveform, segmentations, embeddings, work):
+    """A unit's diarization with its segmentation and pair embeddings already computed (no forward runs)."""
+    exclude = pipeline.embedding_exclude_overlap
+    binarized = adapter.binarized_segmentations(pipeline, segmentations)
+    call = DiarizationCall(segmentations=segmentations,
+                           embeddings=PrecomputedEmbeddings(binarized.data, exclude, embeddings, work))
+    return diarize(pipeline, waveform, "u", call=call)
 
 
 def assert_same_diarization(stock, shared):
@@ -79,7 +98,7 @@ def test_tiny_shared_trunk_gives_stock_turns_labels_and_embeddings(tiny_both_way
 
 
 def test_tiny_pair_embeddings_inactive_pairs_are_exactly_stock(tiny):
-    segmentations, (stock, shared) = pair_embeddings(tiny, speech("calls/2026/support_call.flac", 42))
+    segmentations, (stock, shared), _ = pair_embeddings(tiny, speech("calls/2026/support_call.flac", 42))
     inactive = np.sum(segmentations.data, axis=1) == 0
     assert 0 < inactive.sum() < inactive.size
     assert np.array_equal(shared[inactive], stock[inactive])  # zero statistics through the head, as stock pools them
@@ -88,18 +107,38 @@ def test_tiny_pair_embeddings_inactive_pairs_are_exactly_stock(tiny):
 
 @pytest.mark.slow
 def test_production_shaped_shared_trunk_gives_stock_turns_labels_and_embeddings(production_shaped):
+    """Stock, the shared trunk and lever A's trunk blocks over one segmentation (each forward run once: the turns
+    come from the pair embeddings, given to the calls)."""
     waveform = speech("meetings/planning.mp3", 20)
-    stock, shared = both_ways(production_shaped, waveform)
+    segmentations, (stock_pairs, shared_pairs, block_pairs), (s, w, b) = pair_embeddings(
+        production_shaped, waveform, ({"shared_trunk": False}, {"shared_trunk": True}, {"trunk_blocks": True}))
+    # WeSpeaker ResNet34 on this CPU: bitwise on 5 s chunks; on segmentation-3.0's 10 s chunks 97 % of the pairs
+    # are bitwise and the rest move in their last bits (measured: pairs 1.2e-7, centroids 7.5e-9)
+    np.testing.assert_allclose(shared_pairs, stock_pairs, rtol=0, atol=1e-5)
+    stock, shared = (diarize_given(production_shaped, waveform, segmentations, pairs, work)
+                     for pairs, work in ((stock_pairs, s), (shared_pairs, w)))
     assert_same_diarization(stock, shared)
     for label in stock.embeddings:
-        # WeSpeaker ResNet34 on this CPU: bitwise on 5 s chunks; on segmentation-3.0's 10 s chunks 97 % of the pairs
-        # are bitwise and the rest move in their last bits (measured: pairs 1.2e-7, centroids 7.5e-9)
         np.testing.assert_allclose(shared.embeddings[label], stock.embeddings[label], rtol=0, atol=1e-6)
-    _, (stock_pairs, shared_pairs) = pair_embeddings(production_shaped, waveform)
-    np.testing.assert_allclose(shared_pairs, stock_pairs, rtol=0, atol=1e-5)
-    work = shared.embedding_work
-    assert work.trunk_forwards <= work.chunks and work.pooled_pairs == work.active_pairs < work.pairs
-    assert stock.embedding_work.trunk_forwards == stock.embedding_work.pairs == 3 * stock.embedding_work.chunks
+    assert w.trunk_forwards <= w.chunks and w.pooled_pairs == w.active_pairs < w.pairs
+    assert s.trunk_forwards == s.pairs == 3 * s.chunks and s.trunk_seconds == 10.0 * s.pairs
+    # lever A: the 20 s once through the trunk, not 10 s per chunk; each active pair pooled from the frames where
+    # its chunk's own would be (a frame moved by one would not keep every pair this close)
+    assert b.path == "trunk blocks (approximate)" and (b.trunk_forwards, b.trunk_seconds) == (1, 20.0)
+    assert w.trunk_seconds == 10.0 * w.trunk_forwards >= 100.0 and b.pooled_pairs == w.pooled_pairs
+    active = pooled_mask(production_shaped, segmentations)
+    cosine = np.sum(block_pairs * shared_pairs, -1) / np.linalg.norm(block_pairs, axis=-1) / np.linalg.norm(
+        shared_pairs, axis=-1)
+    assert active.sum() == w.active_pairs and cosine[active].min() > 0.98, cosine[active].min()
+
+
+def pooled_mask(pipeline, segmentations) -> np.ndarray:
+    """(chunks, speakers): the pairs pooled (their weights not all zero)."""
+    from batch_assets.gpu.shared_trunk import pooling_weights
+
+    num_chunks, _, num_speakers = segmentations.data.shape
+    weights = pooling_weights(pipeline, segmentations, pipeline.embedding_exclude_overlap)
+    return weights.any(axis=1).reshape(num_chunks, num_speakers)
 
 
 def test_trunk_runs_at_most_once_per_chunk_and_pools_only_active_pairs(tiny_both_ways):
@@ -146,3 +185,58 @@ def test_a_model_without_the_split_falls_back_to_stock_with_the_reason(tiny, tmp
     assert_same_diarization(stock, fallback)
     for label in stock.embeddings:
         assert np.array_equal(fallback.embeddings[label], stock.embeddings[label])
+
+
+def test_covered_pairs_are_a_speaker_talking_on_and_nothing_else():
+    """Lever B's rule on a made-up segmentation (7 chunks of 100 frames, a step of 10 frames, 3 local speakers)."""
+    data = np.zeros((7, 100, 3))
+    data[:, :, 0] = 1  # speaker 0 talks through every chunk
+    data[3, 85:, 1] = data[4, 75:90, 2] = 1  # a voice entering at the end of chunk 3: chunk 4's speaker 2
+    data[5, 40:60, 1] = 1  # a short turn no neighbour has as a speaker of its own
+    active = data.any(axis=1)
+    sources = covered_sources(data, active, frame_shift=10)
+    copied = {(int(c), int(k)): int(sources[c, k]) for c, k in zip(*np.nonzero(sources != NOT_COPIED), strict=True)}
+    # odd chunks only (their neighbours are embedded), each from the neighbour that covers it, never the last chunk
+    assert copied == {(1, 0): 0 * 3 + 0, (3, 0): 2 * 3 + 0, (5, 0): 4 * 3 + 0, (3, 1): 4 * 3 + 2}
+    embeddings = np.arange(7 * 3 * 2, dtype=np.float32).reshape(7, 3, 2)
+    assert fill_copies(embeddings, sources) == 4
+    assert np.array_equal(embeddings[3, 1], embeddings[4, 2]) and np.array_equal(embeddings[5, 0], embeddings[4, 0])
+    assert np.array_equal(embeddings[5, 1], [32.0, 33.0])  # not covered: its own
+
+
+def test_lever_b_gives_covered_pairs_their_neighbours_embedding_and_skips_covered_chunks(tiny):
+    waveform = speech("meetings/standup.wav", 45)
+    segmentations, (shared, covered), (w, c) = pair_embeddings(
+        tiny, waveform, ({"shared_trunk": True}, {"skip_covered": True}))
+    binarized = adapter.binarized_segmentations(tiny, segmentations)
+    sources = covered_sources(binarized.data, pooled_mask(tiny, binarized),
+                              frame_shift(binarized, adapter.segmentation_inference(tiny).model.receptive_field.step))
+    copied = sources != NOT_COPIED
+    assert c.path == "shared trunk, covered pairs copied (approximate)" and c.copied_pairs == copied.sum() > 0
+    assert c.pooled_pairs + c.copied_pairs == w.pooled_pairs and c.trunk_forwards < w.trunk_forwards
+    flat = covered.reshape(-1, covered.shape[-1])
+    assert np.array_equal(covered[copied], flat[sources[copied]])  # the neighbour's own embedding
+    np.testing.assert_allclose(covered[~copied], shared[~copied], rtol=0, atol=1e-6)  # the rest: as the exact path
+
+
+def test_trunk_blocks_stitch_one_frame_sequence_on_the_units_clock(tiny):
+    """A unit longer than a block: blocks with context either side, their frames joined, are the frames of one
+    forward over the whole unit, once nothing is normalised per input (the x-vector's MFCC floors its decibels at
+    80 dB under its input's loudest bin: with the floor, each block's own; it is taken away here, and put back)."""
+    from batch_assets.gpu.shared_trunk import EmbeddingWork
+    from batch_assets.gpu.trunk_blocks import BLOCK_S, CONTEXT_S, unit_frames
+
+    torch.manual_seed(0)
+    noise = torch.randn(1, 16000 * 130) * 0.1
+    work, decibels = EmbeddingWork(), adapter.embedding_model(tiny).mfcc.amplitude_to_DB
+    decibels.top_db = None
+    try:
+        frames = unit_frames(tiny, noise, False, work)
+        with torch.inference_mode():
+            whole = adapter.embedding_model(tiny).forward_frames(noise[None])
+    finally:
+        decibels.top_db = 80.0
+    assert frames.shape == whole.shape
+    assert work.trunk_forwards == 3 and work.trunk_seconds == pytest.approx(130 + 4 * CONTEXT_S)
+    assert BLOCK_S == 60.0
+    np.testing.assert_allclose(frames.numpy(), whole.numpy(), rtol=0, atol=1e-4)

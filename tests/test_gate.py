@@ -10,8 +10,9 @@ import polars as pl
 import pytest
 
 from batch_assets.gate.compare import gate
+from batch_assets.gate.diarization_error import read_truth
+from batch_assets.storage.resource import REPO_ROOT, StorageResource
 from batch_assets.storage.resource import SAMPLE_PARTITION as P
-from batch_assets.storage.resource import StorageResource
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 
@@ -113,6 +114,35 @@ def test_lost_speech_fails(runs):
     _rewrite(candidate, "vad_scores", "regions", lambda f: f.with_columns((pl.col("end_s") - 0.5).alias("end_s")))
     result = gate(*runs, [P])
     assert not result.passed and result.lost_speech_s > result.lost_speech_allowed_s
+
+
+TRUTH_FILE = REPO_ROOT / "sample_data" / "truth" / f"{P}.json"
+
+
+def test_turns_worse_against_the_truth_fail_the_der_bar(runs):
+    """The approximate levers' bar: with the sample's truth, one unit's turns all given one speaker (its words keep
+    theirs) puts the candidate's DER far over the baseline's; without a truth the DER is reported, not held."""
+    _, candidate = runs
+    truth = {P: read_truth(TRUTH_FILE)}
+    identical = gate(*runs, [P], truth=truth)
+    assert identical.passed and identical.der_points_worse == 0.0 and identical.against_baseline.rate == 0.0
+    assert 0.0 < identical.baseline_vs_truth.rate < 0.3, identical.table()  # the tiny models against the truth
+    uid = _transcribed(candidate)
+    _rewrite(candidate, "diarization", "turns", lambda f: f.with_columns(
+        pl.when(pl.col("unit_id") == uid).then(pl.lit("SPEAKER_00")).otherwise(pl.col("speaker")).alias("speaker")))
+    result = gate(*runs, [P], truth=truth)
+    assert not result.passed and result.der_points_worse > 0.5 and result.against_baseline.rate > 0.01
+    assert {name for name, _, _, ok in result.bars() if not ok} == {"DER vs truth, points over baseline"}
+    untold = gate(*runs, [P])
+    assert untold.passed and untold.against_baseline.rate == result.against_baseline.rate
+    command = [sys.executable, "-m", "batch_assets.gate", "--baseline", runs[0].storage_url,
+               "--candidate", candidate.storage_url, "--partition", P]
+    told = subprocess.run([*command, "--truth", f"{P}={TRUTH_FILE}"], capture_output=True, text=True)
+    assert told.returncode == 1 and "DER vs truth, points over baseline" in told.stdout
+    bad = subprocess.run([*command, "--truth", str(TRUTH_FILE)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--truth takes PARTITION=FILE" in bad.stderr
+    with pytest.raises(ValueError, match="the baseline does not have: nowhere.wav"):  # it would score nothing
+        gate(*runs, [P], truth={P: {"nowhere.wav": [(0.0, 1.0, "x")]}})
 
 
 def _exact(runs) -> tuple[bool, dict[str, str]]:

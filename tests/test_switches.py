@@ -11,8 +11,9 @@ import pytest
 from batch_assets.gate.checks import transcripts_checks
 from batch_assets.gate.columns import EMBEDDING, SCORE, VAD_SCORES
 from batch_assets.gate.compare import gate
+from batch_assets.gate.diarization_error import read_truth
 from batch_assets.gpu.assets import gpu_section
-from batch_assets.storage.resource import SAMPLE_PARTITION
+from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
 from .conftest import make_resources, tables_of
@@ -20,7 +21,7 @@ from .conftest import make_resources, tables_of
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
 
 LEVERS = tuple(s.name for s in SWITCHES)
-EXACT = tuple(s.name for s in SWITCHES if s.default)  # the levers that change no result; half precision is not one
+EXACT = tuple(s.name for s in SWITCHES if s.kind == "exact")  # the levers that change no result
 VARIANTS = {f"{lever}=false": {lever: False} for lever in EXACT} | {"all off": {lever: False for lever in LEVERS}}
 
 
@@ -153,3 +154,23 @@ def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
     assert 0 < in_section["diarization"] < on["stage_seconds"]["diarization"]["host"]
     assert in_section["attribution"] == in_section["tables"] == 0 and in_section["asr"] == 0
     assert on["host_after_section_seconds"] > 0  # the last flight's host work, after the lock was released
+
+
+APPROXIMATE = {s.name: True for s in SWITCHES if s.kind == "approximate"}
+
+
+def test_the_approximate_levers_pass_their_gate_against_all_on(tmp_path_factory, lock_dir, sample_run):
+    """Both approximate levers on (the exact ones at their defaults) against the sample run (all on): the gate for
+    approximate levers holds (speaker agreement, words, speech, classes, and DER against the sample's truth at most
+    0.5 points over all on's), while the trunk hears each second about once instead of about ten times."""
+    result, approximate = section_run(tmp_path_factory, lock_dir, sample_run, APPROXIMATE)
+    truth = {SAMPLE_PARTITION: read_truth(REPO_ROOT / "sample_data" / "truth" / f"{SAMPLE_PARTITION}.json")}
+    verdict = gate(sample_run[1], approximate, [SAMPLE_PARTITION], truth=truth)
+    assert verdict.passed and verdict.truth_given, verdict.table()
+    meta, exact = section_metadata(result), section_metadata(sample_run[0])
+    assert meta["switches"] == {s.name: s.default or s.name in APPROXIMATE for s in SWITCHES}
+    assert set(meta["embedding_paths"]) == {"trunk blocks (approximate), covered pairs copied (approximate)"}
+    w, e = meta["embedding_work"], exact["embedding_work"]
+    assert w["chunks"] == e["chunks"] and w["active_pairs"] == e["active_pairs"] and w["copied_pairs"] > 0
+    assert w["pooled_pairs"] + w["copied_pairs"] == e["pooled_pairs"]  # every active pair: pooled or copied
+    assert e["copied_pairs"] == 0 and 0 < w["trunk_seconds"] < e["trunk_seconds"] / 5

@@ -10,7 +10,14 @@ import yaml
 from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.run_config import GpuSectionConfig, LeverConfig
 from batch_assets.storage.resource import REPO_ROOT
-from batch_assets.switches import SWITCH_ENV_VARS, SWITCHES, helm_env, readme_table
+from batch_assets.switches import (
+    APPROXIMATE_SWITCHES,
+    EXACT_SWITCHES,
+    SWITCH_ENV_VARS,
+    SWITCHES,
+    helm_env,
+    readme_table,
+)
 
 NAMES = [s.name for s in SWITCHES]
 
@@ -49,3 +56,15 @@ def test_helm_values_carry_every_switch_made_from_the_registry():
 def test_readme_table_is_made_from_the_registry():
     text = (REPO_ROOT / "docs" / "gpu-section.md").read_text()
     assert readme_table() in text, "docs/gpu-section.md: paste the table printed by `python -m batch_assets.switches`"
+
+
+def test_the_approximate_levers_are_named_off_by_default_and_apart_from_the_exact_ones():
+    assert APPROXIMATE_SWITCHES == ("embedding_trunk_blocks_enabled", "embedding_skip_covered_enabled")
+    for switch in SWITCHES:
+        assert switch.kind in ("exact", "numbers", "approximate") and (switch.kind == "exact") == switch.default
+        assert switch.description.startswith("APPROXIMATE:") == (switch.kind == "approximate")
+    assert [s.name for s in SWITCHES if s.kind == "numbers"] == ["half_precision_enabled"]
+    assert set(EXACT_SWITCHES) | set(APPROXIMATE_SWITCHES) | {"half_precision_enabled"} == set(NAMES)
+    # what a diarization call reads of them (`DiarizationCall`'s fields)
+    options = Levers(embedding_trunk_blocks_enabled=True).embedding_options()
+    assert options == {"shared_trunk": True, "half_precision": False, "trunk_blocks": True, "skip_covered": False}

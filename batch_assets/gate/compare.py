@@ -11,6 +11,11 @@ Bars (all must hold):
   <= max(0.5 s, 0.5%) of the baseline's speech
 - no result-class changes (a unit missing on either side counts as a change)
 - no words on silent units
+- with a truth (`truth`: each partition's true turns per unit, `diarization_error.py`): the candidate's diarization
+  error rate against it at most 0.5 points over the baseline's (what the approximate levers are held to)
+
+The candidate's DER against the baseline's own turns is reported in every gate (not held: a candidate may
+attribute differently and as well, which only a truth can tell).
 
 With `exact` (what the exact levers promise), every published column as well (`columns.py`): no decision column
 changed, each continuous column (word scores, speaker embeddings, VAD scores) within its bound. Without, the
@@ -23,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import numpy as np
 import polars as pl
 
+from batch_assets.gate.alignment import align, mapped_agreement, uncovered
 from batch_assets.gate.columns import SHOWN, VAD_SCORES, ColumnComparison, compare_columns
+from batch_assets.gate.diarization_error import MAX_DER_POINTS_WORSE, DiarizationScore, score, turns_by_unit
 
 MAX_WORD_EDIT_RATE = 0.01
 MIN_SPEAKER_AGREEMENT = 0.97
@@ -55,6 +61,12 @@ class GateResult:
     # per language (the baseline unit's; "none" where it has none): [baseline words, word edits]
     by_language: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     columns: ColumnComparison = dataclasses.field(default_factory=ColumnComparison)
+    # diarization error rates: the candidate against the baseline's turns (reported), and with a truth both runs
+    # against it (held: `MAX_DER_POINTS_WORSE`)
+    against_baseline: DiarizationScore = dataclasses.field(default_factory=DiarizationScore)
+    truth_given: bool = False
+    baseline_vs_truth: DiarizationScore = dataclasses.field(default_factory=DiarizationScore)
+    candidate_vs_truth: DiarizationScore = dataclasses.field(default_factory=DiarizationScore)
 
     @property
     def word_edit_rate(self) -> float:
@@ -67,6 +79,11 @@ class GateResult:
     @property
     def speaker_agreement(self) -> float:
         return self.speaker_agreeing / self.aligned_words if self.aligned_words else 1.0
+
+    @property
+    def der_points_worse(self) -> float:
+        """The candidate's DER against the truth minus the baseline's, in points."""
+        return 100 * (self.candidate_vs_truth.rate - self.baseline_vs_truth.rate)
 
     @property
     def lost_speech_allowed_s(self) -> float:
@@ -84,6 +101,8 @@ class GateResult:
              self.lost_speech_s <= self.lost_speech_allowed_s),
             ("result-class changes", str(len(self.class_changes)), "== 0", not self.class_changes),
             ("words on silent units", str(self.words_on_silent_units), "== 0", self.words_on_silent_units == 0),
+            *([("DER vs truth, points over baseline", f"{self.der_points_worse:+.2f}", f"<= {MAX_DER_POINTS_WORSE}",
+                self.der_points_worse <= MAX_DER_POINTS_WORSE)] if self.truth_given else []),
         ] + (self.columns.bars() if self.exact else [])
 
     @property
@@ -99,6 +118,9 @@ class GateResult:
         lines += [f"{name:{width}s} {value:>10s} {need:>10s}  {'PASS' if ok else 'FAIL'}"
                   for name, value, need, ok in bars]
         lines += [f"  class change: {c}" for c in self.class_changes[:20]]
+        lines.append(f"DER against the baseline's turns (reported): {100 * self.against_baseline.rate:.2f} %"
+                     + (f"; against the truth: baseline {100 * self.baseline_vs_truth.rate:.2f} %, candidate "
+                        f"{100 * self.candidate_vs_truth.rate:.2f} %" if self.truth_given else ""))
         if not self.exact:  # the column figures, for information
             lines.append("columns (not held: run with --exact): " + ", ".join(
                 [f"{len(self.columns.changed)} decision columns changed"]
@@ -112,67 +134,16 @@ class GateResult:
                 "word_edit_rate_by_language": self.language_edit_rates(),
                 "speaker_agreement": self.speaker_agreement, "lost_speech_s": self.lost_speech_s,
                 "class_changes": self.class_changes, "words_on_silent_units": self.words_on_silent_units,
-                "exact": self.exact, **self.columns.as_dict(), "passed": self.passed}
-
-
-def _align(ref: list[str], hyp: list[str]) -> tuple[int, list[tuple[int, int]]]:
-    """Levenshtein distance and the index pairs of identical aligned words."""
-    n, m = len(ref), len(hyp)
-    dist = np.zeros((n + 1, m + 1), dtype=np.int32)
-    dist[:, 0] = np.arange(n + 1)
-    dist[0, :] = np.arange(m + 1)
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            dist[i, j] = min(dist[i - 1, j] + 1, dist[i, j - 1] + 1, dist[i - 1, j - 1] + (ref[i - 1] != hyp[j - 1]))
-    pairs, i, j = [], n, m
-    while i > 0 and j > 0:
-        if ref[i - 1] == hyp[j - 1] and dist[i, j] == dist[i - 1, j - 1]:
-            pairs.append((i - 1, j - 1))
-            i, j = i - 1, j - 1
-        elif dist[i, j] == dist[i - 1, j - 1] + 1:
-            i, j = i - 1, j - 1
-        elif dist[i, j] == dist[i - 1, j] + 1:
-            i -= 1
-        else:
-            j -= 1
-    return int(dist[n, m]), pairs[::-1]
-
-
-def _mapped_agreement(pairs_speakers: list[tuple[str | None, str | None]]) -> int:
-    from scipy.optimize import linear_sum_assignment
-
-    if not pairs_speakers:
-        return 0
-    base = sorted({str(a) for a, _ in pairs_speakers})
-    cand = sorted({str(b) for _, b in pairs_speakers})
-    counts = np.zeros((len(base), len(cand)))
-    for a, b in pairs_speakers:
-        counts[base.index(str(a)), cand.index(str(b))] += 1
-    rows, cols = linear_sum_assignment(-counts)
-    return int(counts[rows, cols].sum())
-
-
-def _uncovered(base: list[tuple[float, float]], cand: list[tuple[float, float]]) -> float:
-    """Seconds of `base` intervals not covered by the union of `cand` intervals."""
-    cand = sorted(cand)
-    lost = 0.0
-    for start, end in base:
-        covered, cursor = 0.0, start
-        for c_start, c_end in cand:
-            if c_end <= cursor:
-                continue
-            if c_start >= end:
-                break
-            lo, hi = max(cursor, c_start), min(end, c_end)
-            if hi > lo:
-                covered += hi - lo
-                cursor = hi
-        lost += (end - start) - covered
-    return lost
+                "exact": self.exact, "der_vs_baseline": self.against_baseline.rate,
+                **({"der_vs_truth": {"baseline": self.baseline_vs_truth.rate,
+                                     "candidate": self.candidate_vs_truth.rate,
+                                     "points_worse": self.der_points_worse}} if self.truth_given else {}),
+                **self.columns.as_dict(), "passed": self.passed}
 
 
 def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame],
-                      candidate: dict[str, pl.DataFrame]) -> None:
+                      candidate: dict[str, pl.DataFrame], truth: dict | None = None) -> None:
+    """Add one partition's figures to `result`; `truth`: its true turns per unit, when known."""
     b_units = {r["unit_id"]: r for r in baseline["units"].iter_rows(named=True)}
     c_units = {r["unit_id"]: r for r in candidate["units"].iter_rows(named=True)}
     for uid in sorted(set(b_units) | set(c_units)):
@@ -186,13 +157,13 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame],
     for uid in b_units:
         b_words, b_speakers = _words(b_words_by_unit.get(uid))
         c_words, c_speakers = _words(c_words_by_unit.get(uid))
-        edits, pairs = _align(b_words, c_words)
+        edits, pairs = align(b_words, c_words)
         result.baseline_words += len(b_words)
         result.word_edits += edits
         counts = result.by_language.setdefault(b_units[uid].get("language") or "none", [0, 0])
         counts[0], counts[1] = counts[0] + len(b_words), counts[1] + edits
         result.aligned_words += len(pairs)
-        result.speaker_agreeing += _mapped_agreement([(b_speakers[i], c_speakers[j]) for i, j in pairs])
+        result.speaker_agreeing += mapped_agreement([(b_speakers[i], c_speakers[j]) for i, j in pairs])
 
     def count_words(uid: str) -> int:
         frame = c_words_by_unit.get(uid)
@@ -209,9 +180,36 @@ def compare_partition(result: GateResult, baseline: dict[str, pl.DataFrame],
     for uid in b_units:
         base = _intervals(b_regions.get(uid))
         result.baseline_speech_s += sum(e - s for s, e in base)
-        result.lost_speech_s += _uncovered(base, _intervals(c_regions.get(uid)))
+        result.lost_speech_s += uncovered(base, _intervals(c_regions.get(uid)))
     for uid, row in c_units.items():  # audio the candidate never decoded is speech it may have lost
         result.lost_speech_s += max(0.0, _undecoded_s(row) - _undecoded_s(b_units.get(uid, {})))
+
+    b_turns, c_turns = turns_by_unit(baseline["turns"]), turns_by_unit(candidate["turns"])
+    score(b_turns, c_turns, result.against_baseline, units=sorted(b_units))
+    if truth is not None:
+        truth = _truth_by_unit_id(truth, b_units)
+        result.truth_given = True
+        score(truth, b_turns, result.baseline_vs_truth)
+        score(truth, c_turns, result.candidate_vs_truth)
+
+
+def _truth_by_unit_id(truth: dict, units) -> dict:
+    """The truth keyed by the partition's unit ids: a key is a unit id, or a source path (`meetings/standup.wav`,
+    as the sample's truth files name them) whose unit id is one; a key that is neither is refused, naming it (a
+    truth of other units would score nothing and pass)."""
+    from batch_assets.ingest.units import unit_id
+
+    out, unknown = {}, []
+    for key, turns in truth.items():
+        uid = key if key in units else unit_id(key)
+        if uid in units:
+            out[uid] = turns
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ValueError(f"the truth names units the baseline does not have: {', '.join(sorted(unknown)[:10])} (keys "
+                         f"are unit ids or source paths relative to the partition folder)")
+    return out
 
 
 def _undecoded_s(row: dict) -> float:
@@ -251,14 +249,18 @@ def read_outputs(storage, partition: str) -> dict[str, pl.DataFrame]:
         "units": storage.read_parquet("transcripts", partition, "units"),
         "words": storage.read_parquet("transcripts", partition, "words"),
         "regions": storage.read_parquet("vad_scores", partition, "regions"),
+        "turns": storage.read_parquet("diarization", partition, "turns"),
     }
 
 
-def gate(baseline_storage, candidate_storage, partitions: list[str], exact: bool = False) -> GateResult:
+def gate(baseline_storage, candidate_storage, partitions: list[str], exact: bool = False,
+         truth: dict[str, dict] | None = None) -> GateResult:
     """`exact`: also hold every published column (what the exact levers promise); otherwise its figures are only
-    reported."""
+    reported. `truth`: per partition, its true turns per unit (`{unit_id: [[start_s, end_s, speaker], ...]}`):
+    then the candidate's DER against it is held to at most 0.5 points over the baseline's."""
     result = GateResult(partitions=list(partitions), exact=exact)
     for partition in partitions:
-        compare_partition(result, read_outputs(baseline_storage, partition), read_outputs(candidate_storage, partition))
+        compare_partition(result, read_outputs(baseline_storage, partition), read_outputs(candidate_storage, partition),
+                          None if truth is None else truth[partition])
         compare_columns(result.columns, baseline_storage, candidate_storage, partition, arrays=exact)
     return result

@@ -18,6 +18,10 @@ device work does: lever 6) and changes no result:
   local speaker) pair. The mask each pair uses (overlap-free when long enough) is chosen exactly as stock
   does. Any other model, or the pipeline in training mode, runs stock `get_embeddings`, and the reason is
   recorded. `EmbeddingWork` counts what ran, on both paths.
+- the approximate levers A and B (off by default; `embedding_step.py`) take the same split path and change
+  results by design: A puts each second through the trunk once (`trunk_blocks.py`), B gives a chunk speaker
+  covered by a neighbour chunk's same speaker that speaker's embedding (`covered_pairs.py`). The bitwise
+  paragraph below is about the exact path only.
 
 Bitwise: the trunk and the pooling compute each chunk and pair with the same operations as stock, so
 the embeddings are identical where the backend's kernels do not depend on the batch size (WeSpeaker
@@ -43,13 +47,11 @@ quiet_model_libraries()
 
 from pyannote.audio.pipelines import SpeakerDiarization  # noqa: E402
 
+from batch_assets.gpu.embedding_step import split_embeddings, takes_split_path  # noqa: E402
 from batch_assets.gpu.shared_trunk import (  # noqa: E402
-    SHARED_TRUNK,
-    SHARED_TRUNK_ACROSS_UNITS,
     STOCK_SWITCHED_OFF,
     EmbeddingWork,
     pooling_weights,
-    shared_trunk_embeddings,
     shared_trunk_problem,
 )
 from batch_assets.gpu.vad import as_pyannote_file  # noqa: E402
@@ -62,12 +64,15 @@ class DiarizationCall:
     per-call state and the host work of one unit may run while the device work of the next one does (lever 6).
 
     In: `vad_scores` (offered by VAD, lever 2), `segmentations` and `embeddings` (the device work already done
-    for this call: `precompute_device_work`, levers 5 and 6), `shared_trunk` (lever 4), `half_precision`.
+    for this call: `precompute_device_work`, levers 5 and 6), `shared_trunk` (lever 4), `half_precision`, and the
+    approximate levers `trunk_blocks` (A) and `skip_covered` (B) (`embedding_step.py`).
     Out: what the steps did: `reuse`, `embedding_work`, and `device_s`, the seconds this call's own steps spent in
     model forwards (the rest of the call is host work: clustering, reconstruction)."""
 
     shared_trunk: bool = True
     half_precision: bool = False
+    trunk_blocks: bool = False
+    skip_covered: bool = False
     vad_scores: object | None = None
     segmentations: object | None = None
     embeddings: PrecomputedEmbeddings | None = None
@@ -151,8 +156,8 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
         work = EmbeddingWork(chunks=num_chunks, pairs=num_chunks * num_speakers)
         call.embedding_work = work
         problem = "pipeline in training mode (stock embeddings cache)" if self.training else shared_trunk_problem(self)
-        if not call.shared_trunk or problem:
-            work.path = STOCK_SWITCHED_OFF if not call.shared_trunk else f"stock (fallback: {problem})"
+        if not takes_split_path(call) or problem:
+            work.path = STOCK_SWITCHED_OFF if not takes_split_path(call) else f"stock (fallback: {problem})"
             if exclude_overlap:
                 adapter.embedding_inference(self).min_num_samples  # noqa: B018 (its probing forwards are not the
                 # step's work)
@@ -161,12 +166,11 @@ class LeveredSpeakerDiarization(SpeakerDiarization):
             # measured by the model's forward hook; an embedding that is not a torch model embeds every pair
             counted = self._embedding_rows[0] - before if adapter.embedding_model(self) is not None else work.pairs
             work.trunk_forwards = work.pooled_pairs = counted
+            work.trunk_seconds = counted * binary_segmentations.sliding_window.duration
             work.active_pairs = int(np.count_nonzero(
                 pooling_weights(self, binary_segmentations, exclude_overlap).any(axis=1)))
             return embeddings
-        work.path = SHARED_TRUNK
-        return shared_trunk_embeddings(self, [(file, binary_segmentations)], exclude_overlap, [work],
-                                       call.half_precision, hook)[0]
+        return split_embeddings(self, [(file, binary_segmentations)], exclude_overlap, [work], call, hook=hook)[0]
 
 
 def make_levered(pipeline: SpeakerDiarization) -> LeveredSpeakerDiarization:
@@ -266,17 +270,15 @@ def precompute_device_work(pipeline: LeveredSpeakerDiarization, files: list[dict
         host.seconds += time.perf_counter() - started
         if np.nanmax(count.data) == 0.0:
             continue  # pyannote exits early: no embeddings
-        if across_units and call.shared_trunk and not pipeline.training and shared_trunk_problem(pipeline) is None:
+        if across_units and takes_split_path(call) and not pipeline.training and shared_trunk_problem(pipeline) is None:
             requests.append((file, binarized))
             num_chunks, _, num_speakers = binarized.data.shape
-            works.append(EmbeddingWork(path=SHARED_TRUNK_ACROSS_UNITS, chunks=num_chunks,
-                                       pairs=num_chunks * num_speakers))
+            works.append(EmbeddingWork(chunks=num_chunks, pairs=num_chunks * num_speakers))
         else:
             embeddings = pipeline.get_embeddings(file, binarized, exclude_overlap=exclude)
             call.embeddings = PrecomputedEmbeddings(binarized.data, exclude, embeddings, call.embedding_work)
-    if requests:
-        half = any(call_of(f).half_precision for f, _ in requests)
-        embedded = shared_trunk_embeddings(pipeline, requests, exclude, works, half)
+    if requests:  # a flight's calls share the run's levers
+        embedded = split_embeddings(pipeline, requests, exclude, works, call_of(requests[0][0]), across_units=True)
         for (file, binarized), work, embeddings in zip(requests, works, embedded, strict=True):
             call = call_of(file)
             call.embedding_work = work

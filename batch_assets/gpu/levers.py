@@ -20,6 +20,14 @@ class Levers:
     batch_across_units_enabled: bool = True
     host_overlap_enabled: bool = True
     half_precision_enabled: bool = False
+    embedding_trunk_blocks_enabled: bool = False
+    embedding_skip_covered_enabled: bool = False
     decode_budget_seconds: float = 1800.0
     prepare_workers: int = 1
     asr_batch_size: int = 16
+
+    def embedding_options(self) -> dict[str, bool]:
+        """What a diarization call's embedding step reads (`diarization.DiarizationCall`)."""
+        return {"shared_trunk": self.embedding_shared_trunk_enabled, "half_precision": self.half_precision_enabled,
+                "trunk_blocks": self.embedding_trunk_blocks_enabled,
+                "skip_covered": self.embedding_skip_covered_enabled}

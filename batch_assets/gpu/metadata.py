@@ -86,9 +86,12 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "segmentation_forwards_by_stage": {k: counters["segmentation_forwards_by_stage"][k]
                                            for k in ("vad", "vad_of_diarized_units", "diarization")},
         "segmentation_reuse": dict(counters["segmentation_reuse"]),
-        # diarization's embedding step: trunk forwards (stock: one per chunk and local speaker) and pooled pairs
-        "embedding_work": {k: counters["embedding_work"][k]
-                           for k in ("chunks", "pairs", "active_pairs", "trunk_forwards", "pooled_pairs")},
+        # diarization's embedding step: trunk forwards (stock: one per chunk and local speaker), the audio seconds
+        # through the trunk, pooled pairs, and pairs given a neighbour's embedding (approximate lever B)
+        "embedding_work": {k: round(counters["embedding_work"][k], 1) if k == "trunk_seconds"
+                           else counters["embedding_work"][k]
+                           for k in ("chunks", "pairs", "active_pairs", "trunk_forwards", "trunk_seconds",
+                                     "pooled_pairs", "copied_pairs")},
         "embedding_paths": dict(counters["embedding_paths"]),
         "decoder_modes": sorted({m for r in ran for m in r.section["decoder_modes"]}),
         # flights with nothing to transcribe: no ASR call, so no decoder check (graphs are captured lazily)

@@ -38,6 +38,8 @@ class LeverConfig(dg.Config):
     batch_across_units_enabled: bool = _switch_field("batch_across_units_enabled")
     host_overlap_enabled: bool = _switch_field("host_overlap_enabled")
     half_precision_enabled: bool = _switch_field("half_precision_enabled")
+    embedding_trunk_blocks_enabled: bool = _switch_field("embedding_trunk_blocks_enabled")
+    embedding_skip_covered_enabled: bool = _switch_field("embedding_skip_covered_enabled")
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
 
@@ -142,6 +144,8 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
           batch_across_units_enabled: true
           host_overlap_enabled: true
           half_precision_enabled: false     # changes numbers: on only where the gate passes
+          embedding_trunk_blocks_enabled: false   # approximate: on only where the approximate gate passes
+          embedding_skip_covered_enabled: false   # approximate: on only where the approximate gate passes
           shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed

@@ -125,9 +125,8 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     done = DeviceDone(flight_id, outcomes)
     speech = resolve_languages(models, waveforms, outcomes, declared, _vad(models, waveforms, outcomes, levers, stats),
                                stats)
-    calls = {uid: DiarizationCall(
-                 shared_trunk=levers.embedding_shared_trunk_enabled, half_precision=levers.half_precision_enabled,
-                 vad_scores=outcomes[uid].vad.scores if levers.vad_segmentation_reuse_enabled else None)
+    reuse = levers.vad_segmentation_reuse_enabled
+    calls = {uid: DiarizationCall(**levers.embedding_options(), vad_scores=outcomes[uid].vad.scores if reuse else None)
              for uid in speech}
     files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in speech}
     before = models.segmentation_forwards[0]

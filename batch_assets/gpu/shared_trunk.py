@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from batch_assets.gpu import pyannote_adapter as adapter
+from batch_assets.gpu.covered_pairs import NOT_COPIED, fill_copies
 
 SHARED_TRUNK = "shared trunk"
 SHARED_TRUNK_ACROSS_UNITS = "shared trunk, batched across units"
@@ -35,8 +36,10 @@ class EmbeddingWork:
     active_pairs: int = 0  # pairs whose pooling weights are not all zero
     trunk_forwards: int = 0
     pooled_pairs: int = 0
+    trunk_seconds: float = 0.0  # audio seconds through the trunk (the per-chunk paths: forwards x chunk duration)
+    copied_pairs: int = 0  # approximate lever B: active pairs given a neighbour pair's embedding, not pooled
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, float]:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "path"}
 
 
@@ -59,12 +62,14 @@ def shared_trunk_problem(pipeline) -> str | None:
 
 
 def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: list[EmbeddingWork],
-                            half_precision: bool = False, hook=None) -> list[np.ndarray]:
+                            half_precision: bool = False, hook=None, sources: list | None = None) -> list[np.ndarray]:
     """Lever 4 over one or several files (lever 5: the chunks of a flight's units fill the same batches).
 
     `requests`: (file, binarized segmentations) pairs; returns each one's (chunks, local speakers, dimension)
     embeddings and counts its work in `works`. Each chunk with an active speaker runs the trunk once; each active
-    pair is pooled from its chunk's frames; a pair with all-zero weights gets what stock pooling gives it."""
+    pair is pooled from its chunk's frames; a pair with all-zero weights gets what stock pooling gives it.
+    `sources` (approximate lever B, `covered_pairs.py`): per request, the pairs that take a neighbour pair's
+    embedding instead of being pooled; a chunk whose active pairs are all covered skips the trunk."""
     import torch
 
     from batch_assets.gpu.precision import autocast
@@ -76,6 +81,8 @@ def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: li
         weights = pooling_weights(pipeline, binary_segmentations, exclude_overlap)  # (chunks * speakers, frames)
         active = weights.any(axis=1).reshape(num_chunks, num_speakers)
         work.active_pairs = int(active.sum())
+        if sources is not None:
+            active = active & (sources[len(plans)] == NOT_COPIED)
         plans.append((file, binary_segmentations.sliding_window, weights, active, num_speakers))
     order = [(r, c) for r, (_, _, _, active, _) in enumerate(plans) for c in range(len(active)) if active[c].any()]
     order = order or [(0, 0)]  # chunk 0 only to get the zero-weight vector
@@ -95,8 +102,9 @@ def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: li
                 rows = [k for k, (rr, _) in enumerate(batch) if rr == r]
                 chunks = np.asarray([batch[k][1] for k in rows])
                 works[r].trunk_forwards += len(rows)
+                works[r].trunk_seconds += len(rows) * plans[r][1].duration
                 if out[r] is None:  # every pair starts as what stock pooling gives a pair with all-zero weights
-                    out[r] = _zero_embeddings(model, plans[r], frames[rows[0] : rows[0] + 1])
+                    out[r] = zero_embeddings(model, plans[r], frames[rows[0] : rows[0] + 1])
                 pair_rows, speakers = np.nonzero(active[chunks])
                 if len(pair_rows):
                     pair_chunks = chunks[pair_rows]
@@ -108,10 +116,13 @@ def shared_trunk_embeddings(pipeline, requests, exclude_overlap: bool, works: li
             if hook is not None:
                 hook("embeddings", None, total=len(batches), completed=i)
     # a request with no active pair (its chunks never reached a batch): every pair gets the zero-weight vector
-    return [o if o is not None else _zero_embeddings(model, plans[r], frames[:1]) for r, o in enumerate(out)]
+    out = [o if o is not None else zero_embeddings(model, plans[r], frames[:1]) for r, o in enumerate(out)]
+    for r, embeddings in enumerate(out if sources is not None else ()):
+        works[r].copied_pairs = fill_copies(embeddings, sources[r])
+    return out
 
 
-def _zero_embeddings(model, plan, frames) -> np.ndarray:
+def zero_embeddings(model, plan, frames) -> np.ndarray:
     """A request's (chunks, speakers, dimension) embeddings, every one what stock pooling gives a pair with all-zero
     weights: pooled from one chunk's `frames` (the value does not depend on which chunk)."""
     import torch

@@ -56,7 +56,8 @@ def utterance_pool(speakers: list[Speaker], per_speaker: int, rng: np.random.Gen
 
 def dialogue(pool: dict[str, list[np.ndarray]], rng: np.random.Generator, speakers: int | None = None,
              turns: tuple[int, int] = (6, 12),
-             overlap_p: float = 0.1) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+             overlap_p: float = 0.1, utterances_per_turn: tuple[int, int] = (1, 1),
+             ) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
     names = list(pool)
     chosen = list(rng.choice(names, size=min(len(names), speakers or int(rng.integers(2, 4))), replace=False))
     pieces: list[tuple[int, np.ndarray]] = []
@@ -66,6 +67,10 @@ def dialogue(pool: dict[str, list[np.ndarray]], rng: np.random.Generator, speake
     for _ in range(int(rng.integers(turns[0], turns[1] + 1))):
         name = rng.choice([n for n in chosen if n != previous]) if len(chosen) > 1 else chosen[0]
         clip = pool[name][int(rng.integers(len(pool[name])))] * rng.uniform(0.4, 1.0)
+        lo, hi = utterances_per_turn  # (1, 1) draws nothing: the training corpora stay what they were
+        for _ in range(int(rng.integers(lo, hi + 1)) - 1 if (lo, hi) != (1, 1) else 0):  # a speaker talks on
+            gap = np.zeros(int(rng.uniform(0.1, 0.4) * RATE), dtype=np.float32)
+            clip = np.concatenate([clip, gap, pool[name][int(rng.integers(len(pool[name])))] * rng.uniform(0.4, 1.0)])
         start = cursor
         if out_turns and rng.random() < overlap_p:
             start = max(0, cursor - int(rng.uniform(0.3, 1.0) * RATE))
