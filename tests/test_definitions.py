@@ -13,7 +13,7 @@ import pytest
 
 from batch_assets.definitions import defs
 from batch_assets.settings import SettingError, Settings, env_bool, env_fraction, env_int, read_switch_defaults
-from batch_assets.switches import SWITCH_ENV_VARS
+from batch_assets.switches import EXACT_SWITCHES, SWITCH_ENV_VARS
 
 ASSETS = {"fetched_audio", "prepared_flights", "vad_scores", "diarization", "transcripts", "transcript_exports"}
 
@@ -97,7 +97,9 @@ def test_parse_switch():
             env_bool("X", True, {"X": bad})
         with pytest.raises(SettingError, match=SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]):
             read_switch_defaults({SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]: bad})
-    assert read_switch_defaults({}) == {name: name != "half_precision_enabled" for name in SWITCH_ENV_VARS}
+    # the exact levers on, half precision and the approximate levers off
+    assert read_switch_defaults({}) == {name: name in EXACT_SWITCHES for name in SWITCH_ENV_VARS}
+    assert sum(read_switch_defaults({}).values()) == 6
 
 
 def test_integer_and_fraction_settings_name_the_variable_and_the_range():

@@ -24,6 +24,7 @@ from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.runner import FlightWork, run_section
 from batch_assets.gpu.section import SectionUnit, process_flight
 from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
+from batch_assets.gpu.shared_trunk import SHARED_TRUNK, SHARED_TRUNK_ACROSS_UNITS
 from batch_assets.gpu.vad import as_pyannote_file, run_vad, run_vad_flight
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
@@ -146,8 +147,8 @@ def test_lever_5_gives_unit_by_unit_turns_labels_and_embeddings(pipeline_name, u
                 np.testing.assert_allclose(other.embeddings[label], vector, rtol=0, atol=1e-6)
         assert calls[uid].device_s == 0.0  # the call itself ran no forward: it was all precomputed
         if whole[uid].embedding_work.path != "not run":
-            assert whole[uid].embedding_work.path == alone[uid].embedding_work.path == d.SHARED_TRUNK
-            assert batched[uid].embedding_work.path == d.SHARED_TRUNK_ACROSS_UNITS
+            assert whole[uid].embedding_work.path == alone[uid].embedding_work.path == SHARED_TRUNK
+            assert batched[uid].embedding_work.path == SHARED_TRUNK_ACROSS_UNITS
             assert batched[uid].embedding_work.counts() == whole[uid].embedding_work.counts()
 
 

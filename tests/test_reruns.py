@@ -49,11 +49,12 @@ def copied(sample_run, tmp_path, lock_dir):
 
 # The tables the gate compares, under the names `batch_assets.gate.compare` reads them by.
 GATED_TABLES = {"units": ("transcripts", "units"), "words": ("transcripts", "words"),
-                "regions": ("vad_scores", "regions")}
+                "regions": ("vad_scores", "regions"), "turns": ("diarization", "turns")}
 
 
 def _gate_unit(baseline: dict, candidate: dict, unit_id: str) -> GateResult:
-    """The project's gate (word edit rate, speaker agreement, lost speech, classes) on one unit's rows."""
+    """The project's gate (word edit rate, speaker agreement, lost speech, classes, DER against the baseline's
+    turns) on one unit's rows."""
 
     def unit_tables(tables: dict) -> dict[str, pl.DataFrame]:
         return {name: tables[key].filter(pl.col("unit_id") == unit_id) for name, key in GATED_TABLES.items()}
