@@ -8,7 +8,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-resume bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -93,6 +93,10 @@ bench-backfill: setup
 
 bench-shards: setup
 	$(PY) benchmarks/shards.py --json bench_out/shards.json
+
+# a partition in 4 shards, uninterrupted and killed in its first shard: GPU steps per run, resumed wall time
+bench-resume: setup
+	$(PY) benchmarks/resume.py --json bench_out/resume.json
 
 # 0.5, 1, 2, 4 and 8 audio-hours as one unit each, builtin models on 2 CPU threads: about 40 minutes
 bench-long-units: setup

@@ -219,7 +219,8 @@ class Settings:
                                          "most audio seconds per GPU step (shard), 60–10,000,000")
     gpu_retry_delay_seconds: int = _variable(
         "BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS", _p(env_int, 30, 0, 3600), "30",
-        "seconds before a failed GPU step (a shard, the assembly) is retried, in a fresh process or pod, 0–3600")
+        "seconds before a failed step of the GPU section (a shard, a leftover step, the assembly) is retried, in a "
+        "fresh process or pod, 0–3600")
     partitions_start: str = _variable("BATCH_ASSETS_PARTITIONS_START", _p(env_day, "2026-01-01"), "2026-01-01",
                                       "the first partition (YYYY-MM-DD)")
     schedule_running: bool = _variable("BATCH_ASSETS_SCHEDULE_RUNNING", _p(env_bool, False), "false",

@@ -41,11 +41,17 @@ FORKSERVER = {"config": {"multiprocess": {"start_method": {"forkserver": {"prelo
     "batch_assets.definitions", "batch_assets.gpu.shard_work", "batch_assets.gpu.runner", "batch_assets.gpu.loaded",
     "batch_assets.models.loaders", "nemo.collections.asr", "pyannote.audio"]}}}}}
 VALUES = yaml.safe_load((REPO_ROOT / "k8s" / "values.yaml").read_text())
+RETRY_AT_ONCE = {"BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS": "1"}  # a killed step's retry starts without the 30 s wait
+# the chart's runMonitoring values -> dagster.yaml run_monitoring fields (helm/dagster: configmap-instance.yaml)
+MONITORING_FIELDS = {"enabled": "enabled", "startTimeoutSeconds": "start_timeout_seconds",
+                     "pollIntervalSeconds": "poll_interval_seconds", "maxResumeRunAttempts": "max_resume_run_attempts",
+                     "freeSlotsAfterRunEndSeconds": "free_slots_after_run_end_seconds"}
 
 
 def helm_instance_yaml(host: str, port: int) -> dict:
     """dagster.yaml as the official chart renders it from k8s/values.yaml (its `dagsterYaml.postgresql.config`
-    helper and its run retries, run monitoring, concurrency and compute-log sections), pointed at `host:port`."""
+    helper and its run retries, run monitoring, concurrency and compute-log sections), pointed at `host:port`.
+    tests/test_k8s.py checks it against Dagster's own instance schema and run-retry rules."""
     pg = VALUES["postgresql"]
     postgres_db = {"username": pg["postgresqlUsername"], "password": {"env": "DAGSTER_PG_PASSWORD"}, "hostname": host,
                    "db_name": pg["postgresqlDatabase"], "port": port, "params": pg.get("postgresqlParams") or {}}
@@ -58,7 +64,7 @@ def helm_instance_yaml(host: str, port: int) -> dict:
         "storage": {"postgres": {"postgres_db": postgres_db}},
         "run_retries": {"enabled": retries["enabled"], "max_retries": retries["maxRetries"],
                         "retry_on_asset_or_op_failure": retries["retryOnAssetOrOpFailure"]},
-        "run_monitoring": {"enabled": monitoring["enabled"]},
+        "run_monitoring": {field: monitoring[key] for key, field in MONITORING_FIELDS.items() if key in monitoring},
         "concurrency": {"pools": {"default_limit": pools["defaultLimit"], "granularity": pools["granularity"]}},
         "compute_logs": {"module": "dagster.core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"},
         "telemetry": {"enabled": False},
@@ -99,7 +105,10 @@ class Deployment:
 
     def run(self, timeout_s: float = 900, **args) -> dict:
         """Run to the end; returns the driver's answer (run_id, success, wall_s)."""
-        process, log = self.start(**args)
+        return self._answer(*self.start(**args), timeout_s)
+
+    @staticmethod
+    def _answer(process: subprocess.Popen, log: pathlib.Path, timeout_s: float) -> dict:
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -110,6 +119,32 @@ class Deployment:
         answer = json.loads(lines[-1][len("DRIVER "):])
         answer["log"] = log
         return answer
+
+    def kill_step_when(self, condition: Callable[[], bool], step: str, snapshot: Callable[[], object],
+                       timeout_s: float = 900, **args) -> tuple[dict, str, object]:
+        """Launch a run and, once `condition()` holds, kill -9 the process of one of its running steps whose key
+        holds `step` (a step pod lost with its node: the run's own process lives on); returns the run's answer once
+        it ends, the key of the step killed and what `snapshot()` gave right after the kill."""
+        process, log = self.start(**args)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert process.poll() is None, log.read_text()[-5000:]
+            assert time.monotonic() < deadline, f"condition not met within {timeout_s:.0f} s"
+            if condition():
+                with self.instance() as instance:
+                    [run] = instance.get_runs(limit=1)
+                    events = instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_START,
+                                                                    dg.DagsterEventType.STEP_SUCCESS})
+                ended = {e.step_key for e in events if e.dagster_event.event_type == dg.DagsterEventType.STEP_SUCCESS}
+                for event in events:
+                    if step in (event.step_key or "") and event.step_key not in ended:
+                        try:
+                            os.kill(event.dagster_event.pid, signal.SIGKILL)
+                        except ProcessLookupError:  # it ended just now
+                            continue
+                        taken = snapshot()
+                        return self._answer(process, log, timeout_s), event.step_key, taken
+            time.sleep(0.05)
 
     def kill_when(self, condition: Callable[[], bool], timeout_s: float = 600, **args) -> str:
         """Launch a run, kill -9 its whole process group once `condition()` holds (a preempted node), fail it as run
@@ -141,7 +176,8 @@ def local(work: pathlib.Path, source: pathlib.Path) -> Deployment:
     storage = StorageResource(source_url=str(source), storage_url=str(work / "storage"))
     env = {"DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": storage.source_url,
            "BATCH_ASSETS_STORAGE_URL": storage.storage_url, "BATCH_ASSETS_LOCK_DIR": str(work / "locks"),
-           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore"}
+           "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore",
+           **RETRY_AT_ONCE}
     return Deployment("local", home, env, storage, work, execution=FORKSERVER)
 
 
@@ -172,6 +208,6 @@ def s3_postgres(work: pathlib.Path, s3, postgres, bucket_prefix: str, sample: pa
            "BATCH_ASSETS_S3_ENDPOINT_URL": s3.faulty_endpoint, "AWS_REGION": "us-east-1",
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join([str(ISOLATED), str(REPO_ROOT)]),
+           **RETRY_AT_ONCE, "PYTHONPATH": os.pathsep.join([str(ISOLATED), str(REPO_ROOT)]),
            "BATCH_ASSETS_TEST_PROCESS_ROOT": str(work / "processes")}
     return Deployment("s3-postgres", home, env, storage, work)

@@ -40,10 +40,9 @@ def test_gpu_work_is_pooled_gpu_tagged_shard_steps_between_cpu_steps():
     section = gpu_defs[0]
     assert {k.to_user_string() for k in section.keys} == {"vad_scores", "diarization", "transcripts"}
     ops = {op.name: op for op in section.node_def.iterate_op_defs()}
-    assert set(ops) == {"plan_gpu_shards", "gpu_shard", "assemble_gpu_tables"}
-    assert ops["plan_gpu_shards"].pool is None and "dagster-k8s/config" not in ops["plan_gpu_shards"].tags
-    # the shards, and the assembly (it finishes any flight a re-execution's shard steps did not: gpu/resume.py)
-    for op in (ops["gpu_shard"], ops["assemble_gpu_tables"]):
+    assert set(ops) == {"plan_gpu_shards", "gpu_shard", "list_leftover_flights", "gpu_leftover", "assemble_gpu_tables"}
+    # a GPU only where GPU work is: the shards and the leftover flights (a re-execution's never-started shards)
+    for op in (ops["gpu_shard"], ops["gpu_leftover"]):
         assert op.pool == "gpu" and op.retry_policy is not None
         k8s = op.tags["dagster-k8s/config"]
         if isinstance(k8s, str):
@@ -51,6 +50,8 @@ def test_gpu_work_is_pooled_gpu_tagged_shard_steps_between_cpu_steps():
 
             k8s = json.loads(k8s)
         assert k8s["container_config"]["resources"]["limits"]["nvidia.com/gpu"] in ("1", 1)
+    for name in ("plan_gpu_shards", "list_leftover_flights", "assemble_gpu_tables"):  # CPU steps
+        assert ops[name].pool is None and "dagster-k8s/config" not in ops[name].tags, name
     for cpu_asset in ("fetched_audio", "prepared_flights"):
         cpu_def = next(a for a in defs.assets if dg.AssetKey(cpu_asset) in a.keys)
         assert cpu_def.op.pool is None
@@ -166,3 +167,13 @@ def test_the_baseline_gate_exists_only_when_a_baseline_is_configured():
     without, configured = _python(code), _python(code, {"BATCH_ASSETS_BASELINE_URL": "/tmp/baseline-storage"})
     assert without.returncode == 0 and configured.returncode == 0, without.stderr + configured.stderr
     assert "gate_against_baseline" not in without.stdout and "gate_against_baseline" in configured.stdout
+
+
+def test_every_step_of_the_gpu_section_waits_for_the_lease_as_configured():
+    """`lease_wait_seconds`, set once under `ops.gpu_section.config`, reaches every step that takes the partition's
+    lease: the plan, the shard and leftover steps, and the assembly (which used to fail at once)."""
+    from batch_assets.gpu.run_config import gpu_section_config
+
+    mapped = gpu_section_config.config_fn({"lease_wait_seconds": 42.0})
+    takes_lease = {"plan_gpu_shards", "gpu_shard", "gpu_leftover", "assemble_gpu_tables"}
+    assert {op for op, values in mapped.items() if values["config"].get("lease_wait_seconds") == 42.0} == takes_lease

@@ -28,8 +28,8 @@ from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
 GPU_STEP = "gpu_section.gpu_shard"  # one step (one pod, one GPU) per shard of a partition
-# the assembly finishes any flight a re-execution's shard steps did not process (batch_assets/gpu/resume.py)
-GPU_STEPS = (GPU_STEP, "gpu_section.assemble_gpu_tables")
+# and one per shard with flights no shard step of a re-execution processed (batch_assets/gpu/resume.py)
+GPU_STEPS = (GPU_STEP, "gpu_section.gpu_leftover")
 K8S = REPO_ROOT / "k8s"
 KUBERNETES_VERSION = "1.32"
 VALUES = yaml.safe_load((K8S / "values.yaml").read_text())
@@ -93,7 +93,8 @@ def _resources(job: dict) -> dict:
 
 def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
     jobs = _step_jobs()
-    assert {*GPU_STEPS, "fetched_audio", "prepared_flights", "gpu_section.plan_gpu_shards"} <= set(jobs)
+    assert {*GPU_STEPS, "fetched_audio", "prepared_flights", "gpu_section.plan_gpu_shards",
+            "gpu_section.list_leftover_flights", "gpu_section.assemble_gpu_tables"} <= set(jobs)
     for step in GPU_STEPS:
         gpu = jobs.pop(step)
         assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
@@ -236,3 +237,43 @@ def test_dockerfile_builds_the_code_location_on_a_cuda_base():
     assert base.startswith("FROM nvidia/cuda:") and "cudnn" in base
     text = "\n".join(lines)
     assert "download.pytorch.org/whl/cu" in text and "batch_assets.definitions" in text
+
+
+def test_a_step_pod_lost_with_its_node_fails_its_step_and_a_refused_run_is_not_retried(tmp_path):
+    """A GPU node vanishing under a step pod (dagster #33755: a step left IN_PROGRESS when a Job starts a second pod
+    for one attempt). Every step Job gets no second pod (backoffLimit 0, no pod failure policy), so the executor's
+    health check fails the step and its RetryPolicy reruns it in a new pod. Past those retries the run fails; the
+    instance the chart renders from these values relaunches such a run from failure, but not one a step refused
+    (orchestration/run_retries.py). Decided by Dagster's own run-retry rule on real failed runs, on the rendered
+    dagster.yaml (its Postgres storage swapped for SQLite here; tests/test_deployed.py runs it on Postgres)."""
+    from dagster._core.events import RunFailureReason
+    from dagster._core.execution.retries import auto_reexecution_should_retry_run
+
+    from batch_assets.orchestration.run_retries import refusals_are_not_retried
+
+    from .deployments import helm_instance_yaml
+
+    for name, job in _step_jobs().items():
+        assert job["spec"]["backoffLimit"] == 0 and "podFailurePolicy" not in job["spec"], name
+    rendered = helm_instance_yaml("127.0.0.1", 5432)
+    assert rendered["run_monitoring"]["enabled"] and rendered["run_retries"]["enabled"]
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({k: v for k, v in rendered.items() if k != "storage"}))
+
+    @dg.asset(hooks={refusals_are_not_retried})
+    def lost_pod():
+        raise RuntimeError("the step's pod was lost with its node")  # what the health check reports: a step failure
+
+    @dg.asset(hooks={refusals_are_not_retried})
+    def refused():
+        raise dg.Failure("a guard refused", allow_retries=False)
+
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_monitoring_enabled and instance.run_retries_enabled
+        decisions = {}
+        for asset in (lost_pod, refused):
+            result = dg.materialize([asset], instance=instance, raise_on_error=False)
+            run = instance.get_run_by_id(result.run_id)
+            assert run.tags["dagster/failure_reason"] == "STEP_FAILURE"
+            decisions[asset.key.to_user_string()] = auto_reexecution_should_retry_run(
+                instance, run, RunFailureReason.STEP_FAILURE)
+    assert decisions == {"lost_pod": True, "refused": False}

@@ -1,4 +1,5 @@
-"""Which flights each GPU step of a re-execution owns (batch_assets/gpu/resume.py), on plain values.
+"""Which flights each GPU step of a re-execution owns, and which are left over (batch_assets/gpu/resume.py), on
+plain values.
 
 The end-to-end cases (real kills, real re-executions) are in tests/test_deployed.py; these pin the rules.
 """
@@ -6,7 +7,9 @@ The end-to-end cases (real kills, real re-executions) are in tests/test_deployed
 import polars as pl
 
 from batch_assets.gpu.resume import (
+    PlannedFlight,
     executing_shards,
+    leftover_shards,
     owned_flights,
     plan_fingerprint,
     planned_flights,
@@ -17,27 +20,36 @@ SHARDS = [["f0", "f1"], ["f2", "f3"], ["f4"]]
 PLANNED = ["f0", "f1", "f2", "f3", "f4"]
 
 
-def test_a_run_that_executes_every_step_runs_every_shard():
+def test_a_run_that_executes_every_step_runs_every_leftover_step():
     assert executing_shards(None, P, 3) == [0, 1, 2]
-    assert executing_shards(["gpu_section.plan_gpu_shards", "gpu_section.gpu_shard[?]"], P, 3) == [0, 1, 2]
+    assert executing_shards(["gpu_section.list_leftover_flights", "gpu_section.gpu_leftover[?]"], P, 3) == [0, 1, 2]
 
 
-def test_a_reexecution_runs_the_shards_it_names_for_this_partition_only():
-    keys = ["gpu_section.gpu_shard[20260201_s001]", "gpu_section.gpu_shard[20260202_s000]",
-            "gpu_section.assemble_gpu_tables"]
+def test_a_reexecution_runs_the_leftover_steps_it_names_for_this_partition_only():
+    keys = ["gpu_section.gpu_leftover[20260201_s001]", "gpu_section.gpu_leftover[20260202_s000]",
+            "gpu_section.gpu_shard[20260201_s002]", "gpu_section.assemble_gpu_tables"]
     assert executing_shards(keys, P, 3) == [1]
+    assert executing_shards(keys, P, 3, step="gpu_section.gpu_shard") == [2]
     assert executing_shards(["gpu_section.assemble_gpu_tables"], P, 3) == []
 
 
-def test_every_planned_flight_has_exactly_one_owner_among_the_shards_that_run():
+def test_leftover_flights_are_grouped_by_the_shard_the_plan_puts_them_in():
+    planned = [PlannedFlight(f, 40.0, 1, f"/{f}.npy", "x") for f in PLANNED]  # 90 s shards: as SHARDS
+    assert leftover_shards(planned, [], 90.0) == [[], [], []]  # nothing left: no leftover step
+    assert leftover_shards(planned, ["f4", "f2", "f3"], 90.0) == [[], ["f2", "f3"], ["f4"]]
+    assert leftover_shards(planned, ["f1", "gone"], 90.0) == [["f1"], [], []]  # only planned flights
+    assert leftover_shards(planned, PLANNED, 1000.0) == [PLANNED]
+
+
+def test_every_leftover_flight_has_exactly_one_owner_among_the_leftover_steps_that_run():
     for executing in ([0, 1, 2], [0], [1], [0, 2], [2]):
         owned = {shard: owned_flights(shard, SHARDS, executing, PLANNED + ["f5"]) for shard in range(3)}
         flat = [f for flights in owned.values() for f in flights]
         assert sorted(flat) == sorted(PLANNED + ["f5"]), (executing, owned)  # none dropped, none twice
         assert all(not owned[s] for s in range(3) if s not in executing)
-        for shard in executing:  # a running shard keeps its own flights
+        for shard in executing:  # a running step keeps its own shard's flights
             assert set(SHARDS[shard]) <= set(owned[shard])
-    assert owned_flights(0, SHARDS, [0], PLANNED) == PLANNED  # the only running shard takes over the day
+    assert owned_flights(0, SHARDS, [0], PLANNED) == PLANNED  # the only running step takes over the rest
     assert owned_flights(1, SHARDS, [1], ["f2", "f3"]) == ["f2", "f3"]  # flights no longer planned are dropped
 
 

@@ -7,7 +7,7 @@ import json
 
 import dagster as dg
 
-from batch_assets.gpu.assets import assemble_gpu_tables, gpu_shard, plan_gpu_shards
+from batch_assets.gpu.assets import assemble_gpu_tables, gpu_leftover, gpu_shard, list_leftover_flights, plan_gpu_shards
 from batch_assets.gpu.shard_values import ShardReport, ShardSpec, from_json, to_json
 from batch_assets.orchestration.io_manager import StorageJsonIOManager
 from batch_assets.storage.resource import StorageResource
@@ -30,8 +30,9 @@ def test_an_older_deploys_plain_dicts_read_as_the_types():
     old_report = {"partition": "2026-01-15", "shard": "finish", "flights": ["flight-0002"], "units": None,
                   "audio_s": 61.5, "resumed_flights": [], "run_id": "r1", "switches": {}, "processed_flights": [],
                   "section": None, "model_load_seconds": None, "step_peak_rss_mib": None}
-    report = ShardReport.from_json(old_report)
-    assert (report.shards, report.taken_over, report.shard) == (1, [], "finish")
+    report = ShardReport.from_json(old_report)  # the assembly's own, when it finished leftover flights itself
+    assert (report.shards, report.taken_over, report.shard, report.leftover) == (1, [], "finish", True)
+    assert not ShardReport.from_json(old_report | {"shard": 0}).leftover
 
 
 def _write_untagged(manager: StorageJsonIOManager, step: dg.OpDefinition, value, mapping_key: str | None = None):
@@ -50,10 +51,11 @@ def _write_untagged(manager: StorageJsonIOManager, step: dg.OpDefinition, value,
 def test_the_io_manager_reads_untagged_values_as_the_types_their_steps_declare(tmp_path):
     manager = StorageJsonIOManager(storage=StorageResource(source_url=str(tmp_path / "source"),
                                                            storage_url=str(tmp_path / "storage")))
-    spec_out = _write_untagged(manager, plan_gpu_shards, SPEC, "20260115_s001")
-    loaded = manager.load_input(dg.build_input_context(upstream_output=spec_out,
-                                                       dagster_type=gpu_shard.ins["shard"].dagster_type))
-    assert loaded == SPEC
+    for planner, step in ((plan_gpu_shards, gpu_shard), (list_leftover_flights, gpu_leftover)):
+        spec_out = _write_untagged(manager, planner, SPEC, "20260115_s001")
+        loaded = manager.load_input(dg.build_input_context(upstream_output=spec_out,
+                                                           dagster_type=step.ins["shard"].dagster_type))
+        assert loaded == SPEC
     # the assembly's fan-in: each report is loaded alone, with its own upstream output's type
     report_out = _write_untagged(manager, gpu_shard, REPORT, "20260115_s001")
     reports_in = assemble_gpu_tables.ins["reports"].dagster_type

@@ -51,7 +51,7 @@ def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flight
     assert len(steps) >= 3, steps
     meta = next(e.materialization.metadata for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "transcripts")
-    assert meta["shards"].value == len(steps) and "| shard | flights |" in meta["shard_report"].value
+    assert meta["shards"].value == len(steps) and "| step | flights |" in meta["shard_report"].value
     assert_same_results(tables_of(flights_of_one), tables_of(resources["storage"]))
     # the commits are gone once the tables are in place; only the record that this run assembled the partition stays
     work = tmp_path / "storage" / "gpu_work" / P

@@ -1,9 +1,10 @@
 """The assembly of a partition's three GPU tables from its flight commits (the body of `assemble_gpu_tables`).
 
-Any flight of the current plan still without a valid commit is processed first (a re-execution may rerun no
-shard step); then the commits become the seven tables of `vad_scores`, `diarization` and `transcripts`, a
-windowed unit's windows are stitched back into the unit (`long_units/stitching.py`), the degrade guard runs, and the
-partition's tables are replaced atomically (for a `units` rerun, only those units' rows).
+CPU work, no model: once every flight of the current plan has a valid commit (the shard and leftover steps
+made them), the commits become the seven tables of `vad_scores`, `diarization` and `transcripts`, a windowed
+unit's windows are stitched back into the unit (`long_units/stitching.py`), the degrade guard runs, and the
+partition's tables are replaced atomically (for a `units` rerun, only those units' rows). A flight still
+without a commit fails the step, nothing written.
 """
 
 import contextlib
@@ -17,14 +18,7 @@ from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.resume import plan_fingerprint
 from batch_assets.gpu.run_config import AssembleConfig, run_hints, unit_speaker_hints
 from batch_assets.gpu.shard_values import ShardReport
-from batch_assets.gpu.shard_work import (
-    assembled_from,
-    process_flights,
-    read_planned_flights,
-    root_run_id,
-    selected_units,
-)
-from batch_assets.gpu.stop_requests import StopRequests
+from batch_assets.gpu.shard_work import assembled_from, read_planned_flights, root_run_id, selected_units
 from batch_assets.gpu.tables import TABLE_SCHEMAS, keep_other_units, tables_to_keep, transcript_tables
 from batch_assets.long_units.stitching import stitch
 from batch_assets.long_units.windows import window_pieces
@@ -34,15 +28,15 @@ from batch_assets.storage.resource import StorageResource
 
 
 def assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource, gpu: GpuResource,
-                 reports: list[ShardReport], partition: str, partitions_in_run: int, stops: StopRequests) -> None:
-    """Assemble `partition` under its lease from its shards' `reports`, and record each asset's metadata."""
-    mine = sorted(reports, key=lambda r: r.shard)
+                 reports: list[ShardReport], partition: str, partitions_in_run: int) -> None:
+    """Assemble `partition` under its lease (waiting for it as the GPU steps do) from its steps' `reports`, and
+    record each asset's metadata."""
+    mine = sorted(reports, key=lambda r: (r.leftover, r.shard))
     lease = partition_lease(context, storage, partition)
-    # kept on error: a retried device fault resumes under it; a failed run frees it (its holder run finished)
-    with lease_refusals_fail(), lease.held(log=context.log.warning, release_on_error=False):
+    # kept on error: a retry resumes under it; a failed run frees it (its holder run finished)
+    with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release_on_error=False):
         try:
-            metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run,
-                                          stops)
+            metadata = assemble_partition(context, config, storage, gpu, lease, partition, mine, partitions_in_run)
         except (PermissionError, FileExistsError, NotADirectoryError, IsADirectoryError) as error:
             # the output storage refuses the write (a policy, a path taken by a file): waiting cannot fix it
             raise dg.Failure(f"{partition}: the output storage refused a write ({error}): fix BATCH_ASSETS_STORAGE_URL "
@@ -53,46 +47,33 @@ def assemble_one(context: dg.AssetExecutionContext, config: AssembleConfig, stor
 
 
 def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
-                       gpu: GpuResource, lease, partition: str, reports: list[ShardReport], partitions_in_run: int,
-                       stops: StopRequests) -> dict[str, dict]:
+                       gpu: GpuResource, lease, partition: str, reports: list[ShardReport],
+                       partitions_in_run: int) -> dict[str, dict]:
     """Build and write one partition's tables from its commits; returns each asset's metadata.
 
-    First, any flight of the current plan without a valid commit is processed here (`gpu/resume.py`: Dagster's
-    re-execution may rerun no shard step at all); then, should one still lack a commit, nothing is written. A
-    partition this root run already wrote from the same plan (a re-execution of a run that failed later) is not
-    written again: its metadata is read from the tables in place.
+    Should a flight of the current plan lack a valid commit (`gpu/resume.py`), nothing is written. A partition
+    this root run already wrote from the same plan (a re-execution of a run that failed later) is not written
+    again: its metadata is read from the tables in place.
     """
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen)
     commits = FlightCommits(storage, partition, root_run_id(context), fence=lease.check)
-    units = sorted(chosen) if chosen is not None else None
     if (done := assembled_from(commits, planned)) is not None:
         context.log.info(f"{partition}: already assembled from this plan by run {done['run_id']} of "
                          "this run's lineage: kept as written")
         tables = {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLE_SCHEMAS}
         uris = {key: storage.output_url(key[0], partition, f"{key[1]}.parquet") for key in TABLE_SCHEMAS}
         return partition_metadata(tables, uris, reports, gpu, chosen, partitions_in_run, context.run.run_id)
-    fingerprints = {f.flight_id: f.fingerprint for f in planned}
-    problems = commits.problems(fingerprints)
-    if problems:
-        context.log.warning(f"{partition}: {len(problems)} planned flight(s) without a valid commit after the shard "
-                            f"steps of this run (their shard steps did not run, or the plan changed): processing them "
-                            "here: " + "; ".join(f"{flight_id}: {why}" for flight_id, why in problems.items()))
-        by_id = {f.flight_id: f for f in planned}
-        finish = ShardReport(partition, "finish", max((r.shards for r in reports), default=1), list(problems), units,
-                             audio_s=round(sum(by_id[f].audio_s for f in problems), 3), taken_over=list(problems),
-                             resumed_flights=[])
-        reports = [*reports, process_flights(context, config, storage, gpu, lease, commits, finish, by_id,
-                                             list(problems), stops)]
-        problems = commits.problems({f: fingerprints[f] for f in problems})  # only those just processed
+    problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
     if problems:
         shown = "; ".join(f"{flight_id}: {why}" for flight_id, why in list(problems.items())[:5])
         raise dg.Failure(
             f"{partition}: {len(problems)} of {len(planned)} planned flights have no valid commit ({shown}); nothing "
-            "was written. Their GPU work did not run in this run: re-execute the run with all steps, or rerun the "
-            "partition.", metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
+            "was written. Their GPU steps did not run in this run (a re-execution from failure reruns only the "
+            "leftover steps that had started): re-execute the run with all steps (its valid commits are kept), or "
+            "rerun the partition.", metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
     fragments = commits.fragments(flight_ids)  # every one validated above

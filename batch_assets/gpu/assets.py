@@ -1,7 +1,8 @@
 """`vad_scores`, `diarization` and `transcripts`: one GPU multi-asset, its work split into shards.
 
 The three outputs come from the same GPU work because they share the expensive state: the models on the
-device and each flight's audio. A graph of three steps produces them (the day stays the partition):
+device and each flight's audio. A graph of five ops produces them (the day stays the partition); only the
+shard and leftover steps ask for a GPU:
 
 1. `plan_gpu_shards` (CPU): reads the day's flight plan, takes the partition's lease (one writer per
    partition, `batch_assets/storage/lease.py`), validates a `units` rerun, and groups the flights, whole and in
@@ -10,13 +11,15 @@ device and each flight's audio. A graph of three steps produces them (the day st
    `nvidia.com/gpu` pod on Kubernetes (its op tags), the cross-process device lock around the section.
    It runs the typed runner (`gpu/runner.py`) and commits each finished flight durably
    (`gpu/commits.py`), keyed by the run's root run id: a retry, a run retry from failure or a
-   re-execution from failure reuses the valid commits; in a re-execution, a shard step also takes over
-   the flights of the shards Dagster does not rerun (`gpu/resume.py`);
-3. `assemble_gpu_tables` (also a GPU step): once every shard step succeeded, processes any planned flight
-   still without a valid commit (a re-execution that reran no shard step), builds the three assets'
-   tables from the commits and replaces the partition's tables atomically (or, for a `units` rerun, only
-   those units' rows), records each asset's metadata, releases the lease and removes the step values of
-   runs that succeeded or were re-executed successfully.
+   re-execution from failure reuses the valid commits;
+3. `list_leftover_flights` (CPU): once every shard step that ran succeeded, lists the planned flights still
+   without a valid commit (`gpu/leftovers.py`: a re-execution from failure reruns only the shard steps that
+   had started) and emits one `gpu_leftover` step per shard they fall in, none when nothing is left;
+4. `gpu_leftover`, a GPU step like `gpu_shard` (pool, tags, retry), for those flights (`gpu/resume.py`);
+5. `assemble_gpu_tables` (CPU, no model): builds the three assets' tables from the commits and replaces the
+   partition's tables atomically (or, for a `units` rerun, only those units' rows), records each asset's
+   metadata, releases the lease and removes the step values of runs that succeeded or were re-executed
+   successfully. It writes nothing while a planned flight lacks a valid commit.
 
 A run may carry several partitions (a backfill under the BackfillPolicy): each has its own shards and its
 own materializations; a GPU step loads the models once for all the shards it runs.
@@ -25,10 +28,12 @@ own materializations; a GPU step loads the models once for all the shards it run
 import dagster as dg
 
 from batch_assets.gpu.assembly import assemble_one
+from batch_assets.gpu.leftovers import leftover_specs
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.resume import shard_mapping_key
 from batch_assets.gpu.run_config import (
     AssembleConfig,
+    ListConfig,
     PlanConfig,
     ShardConfig,
     checked_run_language,
@@ -48,7 +53,8 @@ from batch_assets.settings import current_settings
 from batch_assets.storage.resource import StorageResource
 
 GROUP = "gpu"
-# a failed GPU step is retried once (a device fault: in a fresh process or pod), after the configured delay
+# a failed step of the section is retried once (a device fault, a storage error: in a fresh process or pod), after
+# the configured delay
 GPU_RETRY = dg.RetryPolicy(max_retries=1, delay=current_settings().gpu_retry_delay_seconds)
 GPU_POOL = "gpu"
 GPU_K8S_CONFIG = {
@@ -120,23 +126,41 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
         return run_shard(context, config, storage, gpu, shard, stops)
 
 
+@dg.op(ins={"shards_done": dg.In(dg.Nothing)}, out=dg.DynamicOut(ShardSpec, io_manager_key=GPU_IO),
+       description="List the planned flights the shard steps left without a commit, a leftover GPU step per shard")
+def list_leftover_flights(context: dg.OpExecutionContext, config: ListConfig, storage: StorageResource):
+    for spec in leftover_specs(context, config, storage):
+        yield dg.DynamicOutput(spec, mapping_key=shard_mapping_key(spec.partition, spec.shard))
+
+
 @dg.op(
-    ins={"reports": dg.In(list[ShardReport])},
-    out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
+    out=dg.Out(ShardReport, io_manager_key=GPU_IO),
     pool=GPU_POOL,
     tags={"dagster-k8s/config": GPU_K8S_CONFIG},
     retry_policy=GPU_RETRY,
-    description="Finish any planned flight without a valid commit (GPU work a re-execution skipped), then assemble "
-    "each partition's three tables from the commits and replace them atomically",
+    description="Flights of one shard that no shard step committed (a re-execution's shards that never started), "
+    "in the locked section, a commit per flight",
+)
+def gpu_leftover(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
+                 shard: ShardSpec) -> ShardReport:
+    with stop_requests() as stops:
+        return run_shard(context, config, storage, gpu, shard, stops, leftover=True)
+
+
+@dg.op(
+    ins={"reports": dg.In(list[ShardReport]), "leftover_reports": dg.In(list[ShardReport])},
+    out={asset: dg.Out(dg.Nothing, is_required=False) for asset in GPU_ASSET_KEYS},
+    retry_policy=GPU_RETRY,
+    description="Assemble each partition's three tables from the flight commits (CPU, no model) and replace them "
+    "atomically",
 )
 def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfig, storage: StorageResource,
-                        gpu: GpuResource, reports: list[ShardReport]):
+                        gpu: GpuResource, reports: list[ShardReport], leftover_reports: list[ShardReport]):
     partitions = list(context.partition_keys)
-    with stop_requests() as stops:  # as in gpu_shard: it may process flights too
-        record_process_identity(context)
-        for partition in partitions:
-            assemble_one(context, config, storage, gpu, [r for r in reports if r.partition == partition], partition,
-                         len(partitions), stops)
+    record_process_identity(context)
+    for partition in partitions:
+        assemble_one(context, config, storage, gpu, [r for r in [*reports, *leftover_reports]
+                                                     if r.partition == partition], partition, len(partitions))
     try:  # housekeeping: never fails a step whose partitions are written
         removed = discard_run_values(storage, context.instance)
         context.log.info(f"removed the step values of {len(removed)} finished run(s) from {VALUES_FOLDER}/")
@@ -172,7 +196,8 @@ def assemble_gpu_tables(context: dg.AssetExecutionContext, config: AssembleConfi
 )
 def gpu_section(prepared_flights, fetched_audio):
     reports = plan_gpu_shards(prepared_flights=prepared_flights, fetched_audio=fetched_audio).map(gpu_shard).collect()
-    vad_scores, diarization, transcripts = assemble_gpu_tables(reports)
+    leftover_reports = list_leftover_flights(reports).map(gpu_leftover).collect()
+    vad_scores, diarization, transcripts = assemble_gpu_tables(reports, leftover_reports)
     return {"vad_scores": vad_scores, "diarization": diarization, "transcripts": transcripts}
 
 

@@ -57,9 +57,11 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
     exited = [r.section["exited_unix"] for r in ran]
     loads = [r.model_load_seconds for r in ran]
     section = {  # the GPU work's report, once (on transcripts, the asset analysts open)
-        "shards": max((r.shards for r in reports if r.shard != "finish"), default=1),  # as planned
-        # flights no shard step of the run processed (a re-execution that reran none of their shards)
-        "flights_finished_in_assembly": sum(len(r.processed_flights) for r in reports if r.shard == "finish"),
+        "shards": max((r.shards for r in reports if not r.leftover), default=1),  # as planned
+        # GPU steps of their own for the flights no shard step of the run processed (a re-execution's shards
+        # that never started), and the flights they processed
+        "leftover_steps": sum(1 for r in reports if r.leftover and r.run_id == run_id),
+        "flights_finished_in_leftover_steps": sum(len(r.processed_flights) for r in reports if r.leftover),
         "shard_report": dg.MetadataValue.md(shard_markdown(reports)),
         # flights whose commits this run reused: every flight of the work but those this run's own steps processed
         "resumed_flights": len({f for r in reports for f in r.flights})
@@ -167,11 +169,12 @@ def tables_metadata(tables: dict, uris: dict, asset: str, main: str, other: str)
 
 
 def shard_markdown(reports: list[ShardReport]) -> str:
-    lines = ["| shard | flights | resumed | taken over | audio s | section s | model load s | step peak RSS MiB |",
+    lines = ["| step | flights | resumed | taken over | audio s | section s | model load s | step peak RSS MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for r in reports:
         sec = r.section or {}
         load = r.model_load_seconds if r.model_load_seconds is not None else "-"
-        lines.append(f"| {r.shard} | {len(r.flights)} | {len(r.resumed_flights)} | {len(r.taken_over)} | "
+        step = f"leftover {r.shard}" if r.leftover else f"shard {r.shard}"
+        lines.append(f"| {step} | {len(r.flights)} | {len(r.resumed_flights)} | {len(r.taken_over)} | "
                      f"{r.audio_s:.1f} | {sec.get('section_seconds', 0.0):.1f} | {load} | {r.step_peak_rss_mib} |")
     return "\n".join(lines)

@@ -1,15 +1,20 @@
 """Which flights a GPU step must process: the partition's current plan, its commits, and who owns what.
 
 Why: a re-execution from failure (by hand or by the instance's run retries) reruns only the steps Dagster
-chooses. For a dynamic fan-out Dagster 1.13 reruns the shard steps that had started and never the ones that
+chooses. For a dynamic fan-out Dagster 1.13 reruns the mapped steps that had started and never the ones that
 had not (`KnownExecutionState` counts the unresolved `gpu_shard[?]` as seen once any of its instances
-started), so the shards that had not started would be skipped and their units published as failed. Here
-every planned flight has exactly one owner among the shard steps that do run: a shard step that runs owns its
-own flights; the flights of a shard whose step does not run in this run, and flights the plan gained since
-the shards were planned, are shared out over the shard steps that run. Each owner processes its flights that
-have no valid commit (`FlightCommits.problem`). When no shard step of a partition runs (the first shard
-finished and the run died before the next one started: Dagster then reruns only the assembly), the assembly
-step, a GPU step too, processes what is left; it writes nothing while any planned flight lacks a commit.
+started, and never reruns it when its producer succeeded and none started), so the shards that had not
+started would be skipped and their units published as failed. So the flights are owned in two rounds:
+
+1. a shard step owns its own shard's planned flights (`shard_flights`), nothing more;
+2. after the shard steps, a CPU step lists the planned flights still without a valid commit (a shard whose
+   step did not run in this run, flights the plan gained since the shards were planned) and emits one
+   leftover GPU step per shard they fall in (`leftover_shards`; none when nothing is left). That listing
+   step comes after the shards, so a re-execution from failure always runs it again. Leftover steps share
+   the work of leftover steps a re-execution does not rerun (`owned_flights`), as above.
+
+Each owner processes its flights that have no valid commit (`FlightCommits.problem`). The assembly, a CPU
+step, writes nothing while any planned flight lacks a commit.
 
 A flight's fingerprint is what its results depend on: its units in order with their offsets, sample counts,
 result classes and audio checksums, and a window's place in its unit (not the flight file's URI, which changes
@@ -27,9 +32,10 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from batch_assets.gpu.shards import plan_shards
 from batch_assets.schema.results import ResultClass
 
-SHARD_STEP = "gpu_section.gpu_shard"
+LEFTOVER_STEP = "gpu_section.gpu_leftover"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,21 +82,24 @@ def shard_mapping_key(partition: str, shard: int) -> str:
     return f"{partition.replace('-', '')}_s{shard:03d}"
 
 
-def executing_shards(step_keys_to_execute: list[str] | None, partition: str, shards: int) -> list[int]:
-    """The shards of `partition` whose steps this run executes: all when the run executes every step (no step
-    selection) or re-plans the shards (the unresolved `gpu_shard[?]` is selected); otherwise those named."""
+def executing_shards(step_keys_to_execute: list[str] | None, partition: str, shards: int,
+                     step: str = LEFTOVER_STEP) -> list[int]:
+    """The shards of `partition` whose `step` (a leftover step, by default) this run executes: all when the run
+    executes every step (no step selection) or re-lists them (the unresolved `{step}[?]` is selected); otherwise
+    those named."""
     every = list(range(shards))
-    if step_keys_to_execute is None or f"{SHARD_STEP}[?]" in step_keys_to_execute:
+    if step_keys_to_execute is None or f"{step}[?]" in step_keys_to_execute:
         return every
-    pattern = re.compile(re.escape(SHARD_STEP) + r"\[" + re.escape(partition.replace("-", "")) + r"_s(\d{3,})\]")
+    pattern = re.compile(re.escape(step) + r"\[" + re.escape(partition.replace("-", "")) + r"_s(\d{3,})\]")
     return sorted({int(m.group(1)) for key in step_keys_to_execute if (m := pattern.fullmatch(key))} & set(every))
 
 
 def owned_flights(shard: int, shard_flights: list[list[str]], executing: list[int], planned: list[str]) -> list[str]:
-    """The planned flights shard `shard` (one of `executing`) is responsible for, in plan order.
+    """The flights of `planned` the leftover step of shard `shard` (one of `executing`) is responsible for, in
+    plan order.
 
-    A running shard owns its own planned flights; the flights of each shard that does not run go, shard by
-    shard, to the running shards in turn; flights in no shard (the plan changed since) likewise, one by one.
+    A running step owns its own shard's flights; the flights of each shard whose step does not run go, shard
+    by shard, to the running steps in turn; flights in no shard (the plan changed since) likewise, one by one.
     """
     if shard not in executing:
         return []
@@ -102,3 +111,12 @@ def owned_flights(shard: int, shard_flights: list[list[str]], executing: list[in
     for i, flight_id in enumerate(extra):
         owner[flight_id] = executing[i % len(executing)]
     return [f for f in planned if owner[f] == shard]
+
+
+def leftover_shards(planned: list[PlannedFlight], left: Iterable[str], shard_audio_seconds: float) -> list[list[str]]:
+    """The flights of `left` (planned, without a valid commit after the shard steps), grouped by the shard the
+    current plan puts them in (`plan_shards`, as the plan step groups them): one list per shard, in plan order,
+    empty where a shard has nothing left."""
+    left = set(left)
+    return [[f for f in flights if f in left]
+            for flights in plan_shards([(f.flight_id, f.audio_s) for f in planned], shard_audio_seconds)]

@@ -2,7 +2,7 @@
 
 The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the language, the
 `units` of a rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once for the
-graph and mapped to its three steps (`gpu_section_config`).
+graph and mapped to its five ops (`gpu_section_config`).
 """
 
 import dagster as dg
@@ -104,8 +104,12 @@ def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, Declare
     return {row["unit_id"]: unit_language(run, row) for row in manifest.iter_rows(named=True)}
 
 
-class ShardConfig(LeverConfig, HintsConfig, LanguageConfig):
-    """A shard step's config: the levers, the run's speaker hints and language."""
+class LeaseConfig(dg.Config):
+    lease_wait_seconds: float = lease_wait_field()
+
+
+class ShardConfig(LeverConfig, HintsConfig, LanguageConfig, LeaseConfig):
+    """A shard or leftover step's config: the levers, the run's speaker hints and language, the lease wait."""
 
 
 class LinkConfig(dg.Config):
@@ -115,19 +119,25 @@ class LinkConfig(dg.Config):
         "are one voice (`batch_assets/long_units/windows.py`)")
 
 
-class AssembleConfig(LeverConfig, HintsConfig, LanguageConfig, DegradeConfig, LinkConfig):
-    """The assembly's config: the levers (for flights it finishes itself), the `units` of a rerun, speaker linking."""
+class AssembleConfig(HintsConfig, DegradeConfig, LinkConfig, LeaseConfig):
+    """The assembly's config: the run's hints (the units table's hint columns, the stitching), the `units` of a
+    rerun, the degrade guard, speaker linking, the lease wait."""
 
     units: list[str] = units_field()
 
 
-class PlanConfig(HintsConfig, LanguageConfig):
+class ListConfig(dg.Config):
+    """The leftover listing's config: the `units` of a rerun and the shard size (leftovers grouped by shard)."""
+
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
         description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (14400)",
     )
-    lease_wait_seconds: float = lease_wait_field()
+
+
+class PlanConfig(HintsConfig, LanguageConfig, ListConfig, LeaseConfig):
+    """The plan step's config: it checks the hints and the language before any GPU work."""
 
 
 class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
@@ -161,4 +171,5 @@ def gpu_section_config(config: GpuSectionConfig) -> dict:
     values = config.model_dump()
     pick = lambda cls: {k: values[k] for k in cls.model_fields}  # noqa: E731
     return {"plan_gpu_shards": {"config": pick(PlanConfig)}, "gpu_shard": {"config": pick(ShardConfig)},
+            "list_leftover_flights": {"config": pick(ListConfig)}, "gpu_leftover": {"config": pick(ShardConfig)},
             "assemble_gpu_tables": {"config": pick(AssembleConfig)}}

@@ -1,7 +1,8 @@
 """The typed values the GPU section's steps pass each other: a shard's spec and a shard's report. No Dagster.
 
-`plan_gpu_shards` yields one `ShardSpec` per shard; each `gpu_shard` step returns a `ShardReport`; the
-assembly reads them all. They travel between steps (pods, on Kubernetes) as JSON in the project's storage
+`plan_gpu_shards` yields one `ShardSpec` per shard and `list_leftover_flights` one per shard with flights left
+without a commit; each `gpu_shard` and `gpu_leftover` step returns a `ShardReport`; the assembly reads them all.
+They travel between steps (pods, on Kubernetes) as JSON in the project's storage
 (`orchestration/io_manager.py`), tagged with their type, and are read back as the same dataclasses. A value
 written by an older deploy (a run re-executed across one) is read back as a plain dict, which `from_json` turns into the
 dataclass: the IO manager does so by the type the writing step declares for its output, so the shard step's
@@ -16,13 +17,15 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class ShardSpec:
-    """One GPU step's share of a partition: its flights, in plan order, and how the partition was sharded."""
+    """One GPU step's share of a partition: its flights, in plan order, and how the partition was sharded (for a
+    leftover step: the flights left in its shard, and those left in every shard)."""
 
     partition: str
     shard: int
     shards: int
     flights: list[str]
-    # every shard's flights, so that a step can take over those of shards a re-execution does not rerun
+    # every shard's flights (a leftover step's: those left in every shard), so that a leftover step can take over
+    # those of the leftover steps a re-execution does not rerun
     shard_flights: list[list[str]]
     audio_s: float
     units: list[str] | None  # a `units` rerun's unit ids; None: the whole partition
@@ -38,7 +41,7 @@ class ShardSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ShardReport:
-    """What one GPU step (or the assembly, `shard="finish"`) did with its flights.
+    """What one GPU step (a shard step, or with `leftover` a leftover step) did with its flights.
 
     `section` is the section's figures (`runner.SectionReport.to_metadata`), None when the step processed no
     flight (every one already committed, or the partition already assembled)."""
@@ -46,7 +49,7 @@ class ShardReport:
     partition: str
     shard: int | str
     shards: int
-    flights: list[str]  # the flights it owned: its own and any it took over
+    flights: list[str]  # the flights it owned: its own and (a leftover step) any it took over
     units: list[str] | None
     audio_s: float
     taken_over: list[str]
@@ -58,12 +61,15 @@ class ShardReport:
     model_load_seconds: float | None = None
     step_peak_rss_mib: float | None = None
     device: str | None = None
+    leftover: bool = False  # a leftover step's report (flights no shard step of the run committed)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardReport:
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in value.items() if k in fields} | {"shards": value.get("shards", 1),
-                                                                          "taken_over": value.get("taken_over", [])})
+        # an older deploy's assembly finished leftover flights itself and reported them as shard "finish"
+        return cls(**{k: v for k, v in value.items() if k in fields} | {
+            "shards": value.get("shards", 1), "taken_over": value.get("taken_over", []),
+            "leftover": value.get("leftover", value.get("shard") == "finish")})
 
 
 VALUE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (ShardSpec, ShardReport)}

@@ -1,10 +1,10 @@
 """What a GPU step does with its share of a partition: the flights it owns, those it resumes, the locked section.
 
-`run_shard` is the body of the `gpu_shard` op (`gpu/assets.py`): it takes the partition's lease, works out
-the flights it owns (its shard's, and those of shards a re-execution does not rerun: `gpu/resume.py`),
-skips flights with a valid commit, runs the rest through the typed runner (`gpu/runner.py`) inside the
-device lock, committing each (`gpu/commits.py`), and returns a `ShardReport`. `process_flights` is shared
-with the assembly, which finishes flights no shard step processed.
+`run_shard` is the body of the `gpu_shard` and `gpu_leftover` ops (`gpu/assets.py`): it takes the partition's
+lease, works out the flights it owns (a shard step: its shard's; a leftover step: those left in its shard and
+those of leftover steps a re-execution does not rerun: `gpu/resume.py`), skips flights with a valid commit,
+runs the rest through the typed runner (`gpu/runner.py`) inside the device lock, committing each
+(`gpu/commits.py`), and returns a `ShardReport`.
 """
 
 import collections
@@ -65,29 +65,41 @@ def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.
 
 
 def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
-              shard: ShardSpec, stops: StopRequests) -> ShardReport:
-    """The `gpu_shard` step: own, resume or process the shard's flights under the partition's lease."""
+              shard: ShardSpec, stops: StopRequests, leftover: bool = False) -> ShardReport:
+    """A `gpu_shard` step (with `leftover`, a `gpu_leftover` step): process the flights it owns that have no valid
+    commit, under the partition's lease. A shard step owns its shard's planned flights; a leftover step the
+    flights left in its shard and those of leftover steps this run does not execute (`gpu/resume.py`)."""
     record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard.partition, root_run_id(context)
     lease = partition_lease(context, storage, partition)
     commits = FlightCommits(storage, partition, root, fence=lease.check)
-    with lease_refusals_fail(), lease.held(log=context.log.warning, release=False,
+    with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release=False,
                                         release_on_error=False):  # siblings work
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
-        executing = executing_shards(context.run.step_keys_to_execute, partition, shard.shards)
-        owned = owned_flights(shard.shard, shard.shard_flights, executing, list(planned))
+        idle: list[int] = []
+        if leftover:
+            left = [f for f in planned if any(f in flights for flights in shard.shard_flights)]
+            executing = executing_shards(context.run.step_keys_to_execute, partition, shard.shards)
+            idle = [i for i, flights in enumerate(shard.shard_flights) if flights and i not in executing]
+            owned = owned_flights(shard.shard, shard.shard_flights, executing, left)
+        else:
+            owned = [f for f in planned if f in shard.flights]  # a flight the plan lost since is not processed
         done = assembled_from(commits, list(planned.values()))
         if done is not None:  # a re-execution of all steps, after this lineage wrote the partition from this plan
-            context.log.info(f"{partition} shard {shard.shard}: already assembled from this plan by run "
+            context.log.info(f"{partition} {step_name(shard.shard, leftover)}: already assembled from this plan by run "
                              f"{done['run_id']} of this run's lineage: nothing to do")
         problems = {} if done is not None else commits.problems({f: planned[f].fingerprint for f in owned})
         report = ShardReport(partition, shard.shard, shard.shards, owned, shard.units,
                              audio_s=round(sum(planned[f].audio_s for f in owned), 3),
                              taken_over=[f for f in owned if f not in shard.flights],
-                             resumed_flights=[f for f in owned if f not in problems])
-        log_resume(context, report, problems, root, executing)
+                             resumed_flights=[f for f in owned if f not in problems], leftover=leftover)
+        log_resume(context, report, problems, root, idle)
         return process_flights(context, config, storage, gpu, lease, commits, report, planned,
                                [f for f in owned if f in problems], stops)
+
+
+def step_name(shard: int, leftover: bool) -> str:
+    return f"leftover step of shard {shard}" if leftover else f"shard {shard}"
 
 
 def process_flights(context, config: ShardConfig, storage: StorageResource, gpu: GpuResource, lease,
@@ -165,18 +177,17 @@ def assembled_from(commits: FlightCommits, planned: list[PlannedFlight]) -> dict
     return done if done is not None and done["plan"] == plan_fingerprint(planned) else None
 
 
-def log_resume(context, report: ShardReport, problems: dict[str, str], root: str, executing: list[int]) -> None:
-    """Say what a resumed or re-executed shard does, and why a flight is redone (the resumed run's log)."""
-    partition, index = report.partition, report.shard
+def log_resume(context, report: ShardReport, problems: dict[str, str], root: str, idle: list[int]) -> None:
+    """Say what a resumed or re-executed step does, and why a flight is redone (the resumed run's log)."""
+    partition, step = report.partition, step_name(report.shard, report.leftover)
     if report.taken_over:
-        idle = [i for i in range(report.shards) if i not in executing]
         pending = [f for f in report.taken_over if f in problems]
-        context.log.warning(f"{partition} shard {index}: this run does not execute shard(s) {idle} of {report.shards}: "
+        context.log.warning(f"{partition} {step}: this run does not execute the leftover steps of shard(s) {idle}: "
                             f"taking over {len(report.taken_over)} of their flights, {len(pending)} without a valid "
                             f"commit: {pending}")
     if report.resumed_flights or context.run.parent_run_id:
-        context.log.warning(f"{partition} shard {index}: resuming run {root}: {len(report.resumed_flights)} flight(s) "
+        context.log.warning(f"{partition} {step}: resuming run {root}: {len(report.resumed_flights)} flight(s) "
                             f"already committed, {len(problems)} to process")
     for flight_id, why in problems.items():
         if why != "not committed":
-            context.log.warning(f"{partition} shard {index}: redoing {flight_id}: {why}")
+            context.log.warning(f"{partition} {step}: redoing {flight_id}: {why}")
