@@ -82,15 +82,13 @@ def shard_mapping_key(partition: str, shard: int) -> str:
     return f"{partition.replace('-', '')}_s{shard:03d}"
 
 
-def executing_shards(step_keys_to_execute: list[str] | None, partition: str, shards: int,
-                     step: str = LEFTOVER_STEP) -> list[int]:
-    """The shards of `partition` whose `step` (a leftover step, by default) this run executes: all when the run
-    executes every step (no step selection) or re-lists them (the unresolved `{step}[?]` is selected); otherwise
-    those named."""
+def executing_shards(step_keys_to_execute: list[str] | None, partition: str, shards: int) -> list[int]:
+    """The shards of `partition` whose leftover steps this run executes: all when the run executes every step (no
+    step selection) or lists them again (the unresolved `gpu_leftover[?]` is selected); otherwise those named."""
     every = list(range(shards))
-    if step_keys_to_execute is None or f"{step}[?]" in step_keys_to_execute:
+    if step_keys_to_execute is None or f"{LEFTOVER_STEP}[?]" in step_keys_to_execute:
         return every
-    pattern = re.compile(re.escape(step) + r"\[" + re.escape(partition.replace("-", "")) + r"_s(\d{3,})\]")
+    pattern = re.compile(re.escape(LEFTOVER_STEP) + r"\[" + re.escape(partition.replace("-", "")) + r"_s(\d{3,})\]")
     return sorted({int(m.group(1)) for key in step_keys_to_execute if (m := pattern.fullmatch(key))} & set(every))
 
 
