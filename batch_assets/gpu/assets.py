@@ -30,7 +30,7 @@ import dagster as dg
 from batch_assets.gpu.assembly import assemble_one
 from batch_assets.gpu.leftovers import leftover_specs
 from batch_assets.gpu.resources import GpuResource
-from batch_assets.gpu.resume import shard_mapping_key
+from batch_assets.gpu.resume import shard_mapping_key, shard_specs
 from batch_assets.gpu.run_config import (
     AssembleConfig,
     ListConfig,
@@ -101,16 +101,10 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
                     raise dg.Failure(str(error), allow_retries=False) from error
             flights = read_planned_flights(storage, partition, manifest, chosen)
             shards = plan_shards([(f.flight_id, f.audio_s) for f in flights], config.shard_audio_seconds)
-            seconds = {f.flight_id: f.audio_s for f in flights}
             context.log.info(f"{partition}: {len(flights)} flights in {len(shards)} shard(s) of at most "
                              f"{config.shard_audio_seconds:.0f} audio seconds")
-            for index, flight_ids in enumerate(shards):
-                yield dg.DynamicOutput(
-                    ShardSpec(partition, index, len(shards), flight_ids, shards,
-                              round(sum(seconds[f] for f in flight_ids), 3),
-                              sorted(chosen) if chosen is not None else None),
-                    mapping_key=shard_mapping_key(partition, index),
-                )
+            for spec in shard_specs(partition, shards, flights, chosen):
+                yield dg.DynamicOutput(spec, mapping_key=shard_mapping_key(partition, spec.shard))
 
 
 @dg.op(

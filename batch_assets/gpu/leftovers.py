@@ -10,7 +10,7 @@ the shards whose steps Dagster did not rerun, and any the plan gained since. Eac
 import dagster as dg
 
 from batch_assets.gpu.commits import FlightCommits
-from batch_assets.gpu.resume import leftover_shards
+from batch_assets.gpu.resume import leftover_shards, shard_specs
 from batch_assets.gpu.run_config import ListConfig
 from batch_assets.gpu.shard_values import ShardSpec
 from batch_assets.gpu.shard_work import assembled_from, read_planned_flights, root_run_id, selected_units
@@ -31,10 +31,7 @@ def leftover_specs(context: dg.OpExecutionContext, config: ListConfig, storage: 
             continue
         problems = commits.problems({f.flight_id: f.fingerprint for f in planned})
         groups = leftover_shards(planned, problems, config.shard_audio_seconds)
-        seconds = {f.flight_id: f.audio_s for f in planned}
-        units = sorted(chosen) if chosen is not None else None
-        mine = [ShardSpec(partition, index, len(groups), flights, groups, round(sum(seconds[f] for f in flights), 3),
-                          units) for index, flights in enumerate(groups) if flights]
+        mine = [spec for spec in shard_specs(partition, groups, planned, chosen) if spec.flights]
         if not mine:
             context.log.info(f"{partition}: all {len(planned)} planned flight(s) have a valid commit: no leftover step")
             continue

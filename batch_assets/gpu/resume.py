@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from batch_assets.gpu.shard_values import ShardSpec
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.schema.results import ResultClass
 
@@ -118,3 +119,13 @@ def leftover_shards(planned: list[PlannedFlight], left: Iterable[str], shard_aud
     left = set(left)
     return [[f for f in flights if f in left]
             for flights in plan_shards([(f.flight_id, f.audio_s) for f in planned], shard_audio_seconds)]
+
+
+def shard_specs(partition: str, groups: list[list[str]], planned: list[PlannedFlight],
+                units: Iterable[str] | None) -> list[ShardSpec]:
+    """One spec per group of flights (a shard's, or a shard's leftovers), each with every group and its audio
+    seconds; `units`: those of a `units` rerun, None for the whole partition."""
+    seconds = {f.flight_id: f.audio_s for f in planned}
+    chosen = sorted(units) if units is not None else None
+    return [ShardSpec(partition, index, len(groups), flights, groups, round(sum(seconds[f] for f in flights), 3),
+                      chosen) for index, flights in enumerate(groups)]
