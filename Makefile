@@ -76,8 +76,8 @@ bench-levers: setup
 bench-levers-production-shaped: setup
 	$(PY) benchmarks/levers.py --preset cpu --models production-shaped --json bench_out/levers-production-shaped.json
 
-# on a machine with one CUDA GPU: all off / seed levers / levers 1-4 / all on / all on + half, then all on + each
-# approximate lever and both (gated against all on), 2 repeats
+# on a machine with one CUDA GPU, ~1.5 audio-hours: all off / all on / all on + half / all on + tf32, then all on +
+# both approximate levers (gated against all on), 2 repeats, within one 10-minute command
 bench-levers-gpu: setup
 	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
 

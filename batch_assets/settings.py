@@ -215,7 +215,9 @@ class Settings:
         "BATCH_ASSETS_DEGRADE_GUARD_FRACTION", _p(env_fraction, 0.5), "0.5",
         "refuse results that leave more than this share (0–1) of the units with transcripts `fetch_failed`, "
         "`failed`, `changed_since_listed`, `undecodable` or `unsupported_language`")
-    shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 14400, 60, 10**7), "14400",
+    # 25 audio-hours: a GPU step's fixed cost (model imports and load, first-flight warm-up, CUDA-graph capture:
+    # ~40 s on the H200) under 10 % of the step at 250 audio-h/GPU-h (docs/gpu-section.md: shards)
+    shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 90000, 60, 10**7), "90000",
                                          "most audio seconds per GPU step (shard), 60–10,000,000")
     gpu_retry_delay_seconds: int = _variable(
         "BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS", _p(env_int, 30, 0, 3600), "30",

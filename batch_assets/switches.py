@@ -1,10 +1,11 @@
 """The speed levers as kill switches, in one registry.
 
 Three kinds (`Switch.kind`). The exact levers are on by default: they change no result (the gate and the tests
-hold them to it). `half_precision_enabled` changes numbers (reduced precision), so it is off unless a deployment
-turns it on after the gate passes on its own audio. The approximate levers (`embedding_trunk_blocks_enabled`,
-`embedding_skip_covered_enabled`) change results by design, within the bounds of the gate for approximate levers
-(`gate/compare.py`, against the exact run of the same audio): off unless that gate passes on a deployment's audio.
+hold them to it). `half_precision_enabled` and `tf32_enabled` change numbers (reduced precision), so they are off
+unless a deployment turns them on after the gate passes on its own audio. The approximate levers
+(`embedding_trunk_blocks_enabled`, `embedding_skip_covered_enabled`) change results by design, within the bounds
+of the gate for approximate levers (`gate/compare.py`, against the exact run of the same audio): off unless that
+gate passes on a deployment's audio.
 A default can be flipped for a whole deployment with an environment
 variable, read once when the code location loads (`Settings.switch_defaults` in `settings.py`, so every
 run launched from that location agrees),
@@ -45,7 +46,8 @@ class Switch:
 
 SWITCHES: tuple[Switch, ...] = (
     Switch("prepare_flight_enabled", "BATCH_PIPELINE_PREPARE_FLIGHT_ENABLED",
-           "next flights' audio prepared in the background, at most the decode budget (1800 s) ahead"),
+           "next flights' audio prepared in the background, each flight's units read concurrently, at most the decode "
+           "budget (1800 s) ahead; off: read in the section, one unit after another"),
     Switch("vad_segmentation_reuse_enabled", "BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED",
            "diarization reuses VAD's segmentation scores (one segmentation forward, not two)"),
     Switch("asr_cuda_graphs_enabled", "BATCH_PIPELINE_ASR_CUDA_GRAPHS_ENABLED",
@@ -61,6 +63,10 @@ SWITCHES: tuple[Switch, ...] = (
            "reduced precision (autocast) for the ASR encoder and the embedding trunk; changes numbers: off unless the "
            "gate passes",
            default=False, helm_value="false", kind="numbers"),
+    Switch("tf32_enabled", "BATCH_PIPELINE_TF32_ENABLED",
+           "TF32 matmuls and convolutions for the ASR and language-identification models on CUDA (pyannote's stay "
+           "full float32; nothing on CPU); changes numbers: off unless the gate passes",
+           default=False, helm_value="false", kind="numbers"),
     Switch("embedding_trunk_blocks_enabled", "BATCH_PIPELINE_EMBEDDING_TRUNK_BLOCKS_ENABLED",
            "APPROXIMATE: the embedding trunk once over each second of a unit (blocks of up to 60 s), every chunk's "
            "speakers pooled from those frames, not one trunk pass per overlapping chunk; off unless the approximate "
@@ -74,6 +80,7 @@ SWITCHES: tuple[Switch, ...] = (
 SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}
 EXACT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "exact")
 APPROXIMATE_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "approximate")
+NUMBERS_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "numbers")
 README_HEADER = ("| run config (`ops.gpu_section.config`) | env default (read once at code-location load) | lever |\n"
                  "|---|---|---|")
 

@@ -18,14 +18,19 @@ all on + each approximate lever and all on + both (`all on + approximate`) (each
 time; `--variants` overrides). The approximate variants are gated against the first all on run, not all off:
 word edit rate, speaker agreement, lost speech, class changes, and with `--corpus dialogues` (whose truth is
 known) DER at most 0.5 points over all on's; a variant is called a win only if every one of its gates passes.
-Every flight load waits a simulated
-storage latency per unit (default 0.43 s, the production figure). Torch threads are set explicitly
-(`--threads`). Prints the per-stage table with segmentation and embedding work, the section's seconds split
-per stage into device work (model forwards) and host work, then `all on vs all off` (audio-hours per
-compute-hour), `diarization all on vs all off` (diarization stage seconds), lever 2 alone, what levers 5
-and 6 add, half precision's gate against full precision (it decides whether that switch may be on), then for
-each approximate variant `diarization <variant> vs all on: X.XXx` and `<variant> vs all off: X.XXx` with its
-gate's figures, and writes JSON (`--json`).
+Every unit read of a flight waits a simulated storage latency (`--latency`, default 0.43 s; the seed's
+production figure is 0.27 s): with lever 1 a flight's units are read concurrently (`--fetch-workers`) and
+flights prepared ahead, without it one unit after another. Torch threads are set explicitly (`--threads`).
+Prints the per-stage table with segmentation and embedding work, the section's seconds split per stage into
+device work (model forwards) and host work, where the section's time goes (the share spent waiting for
+flights, the share the device is busy, each stage's device seconds per audio-hour), then `all on vs all off`
+(audio-hours per compute-hour), `diarization all on vs all off` (diarization stage seconds), lever 2 alone, what
+levers 5 and 6 add, the gates of half precision and TF32 against full precision (they decide whether those
+switches may be on), then for each approximate variant `diarization <variant> vs all on: X.XXx` and `<variant>
+vs all off: X.XXx` with its gate's figures, and a GPU step's fixed cost (model imports and load, the first run's
+extra over a steady one) with the shard size that keeps it under 10 % of a step; and writes JSON (`--json`).
+The GPU preset warms up with all on (its graph capture and tuning are the fixed cost measured) and gates
+against its first all off run.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from batch_assets.gpu.section_stats import STAGES  # noqa: E402 (after the path 
 from batch_assets.switches import (  # noqa: E402 (after the path insert; light: no model library)
     APPROXIMATE_SWITCHES,
     EXACT_SWITCHES,
+    NUMBERS_SWITCHES,
     SWITCHES,
 )
 
@@ -61,14 +67,15 @@ MODELS = {
 LEVERS = tuple(s.name for s in SWITCHES)
 EXACT = EXACT_SWITCHES  # the levers that change no result (on by default)
 TRUNK_BLOCKS, SKIP_COVERED = APPROXIMATE_SWITCHES  # change results by design: gated against "all on"
-HALF = "half_precision_enabled"  # changes numbers: gated against full precision, not held to "identical"
+HALF, TF32 = NUMBERS_SWITCHES  # change numbers: gated against full precision, not held to "identical"
 SEED_LEVERS = LEVERS[:3]  # the three the project started with
 SHORT = {"prepare_flight_enabled": "prepare flights", "vad_segmentation_reuse_enabled": "reuse segmentation",
          "asr_cuda_graphs_enabled": "cuda graphs", "embedding_shared_trunk_enabled": "shared trunk",
          "batch_across_units_enabled": "batch across units", "host_overlap_enabled": "host overlap",
-         HALF: "half precision", TRUNK_BLOCKS: "trunk blocks", SKIP_COVERED: "skip covered"}
+         HALF: "half precision", TF32: "tf32", TRUNK_BLOCKS: "trunk blocks", SKIP_COVERED: "skip covered"}
 VARIANTS = ({"all off": ()} | {SHORT[lever]: (lever,) for lever in LEVERS}
             | {"seed levers": SEED_LEVERS, "levers 1-4": LEVERS[:4], "all on": EXACT, "all on + half": (*EXACT, HALF),
+               "all on + tf32": (*EXACT, TF32),
                "all on, reuse off": tuple(lever for lever in EXACT if lever != "vad_segmentation_reuse_enabled"),
                "all on + trunk blocks": (*EXACT, TRUNK_BLOCKS), "all on + skip covered": (*EXACT, SKIP_COVERED),
                "all on + approximate": (*EXACT, *APPROXIMATE_SWITCHES)})
@@ -82,9 +89,12 @@ PRESETS = {
     ("production-shaped", "cpu"): {"units": 4, "min_s": 15.0, "max_s": 30.0, "silent_share": 0.15,
                                    "variants": ["all off", "seed levers", "levers 1-4", "all on, reuse off", "all on",
                                                 "all on + half", *APPROXIMATE]},
-    ("production-shaped", "gpu"): {"units": 20, "min_s": 30.0, "max_s": 120.0, "silent_share": 0.1,
-                                   "variants": ["all off", "seed levers", "levers 1-4", "all on", "all on + half",
-                                                *APPROXIMATE]},
+    # >= 1.5 audio-hours of sample speech and dialogues: enough flights for a steady state; warmed up with all on
+    # (CUDA graphs captured, cuDNN tuned) and gated against its first all off run, to fit one 10-minute command
+    ("production-shaped", "gpu"): {"units": 44, "min_s": 60.0, "max_s": 150.0, "silent_share": 0.1,
+                                   "dialogues": 16, "warmup": "all on",
+                                   "variants": ["all off", "all on", "all on + half", "all on + tf32",
+                                                "all on + approximate"]},
 }
 
 
@@ -149,10 +159,13 @@ def main() -> None:
                         help="sample: speech cut from the sample partition, some units silent; dialogues: "
                              "hidden-style dialogues of 2-4 new voices with overlaps")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--latency", type=float, default=0.43, help="simulated storage latency per unit fetch (s)")
+    parser.add_argument("--latency", type=float, default=0.43,
+                        help="simulated storage latency per unit read (s): 0.43 measured on the first H200 run's "
+                             "storage, 0.27 the seed's production figure (fetch + decode)")
     parser.add_argument("--budget", type=float, default=1800.0, help="decode budget per flight (audio s)")
     parser.add_argument("--flight-units", type=int, default=8, help="most units per flight")
-    parser.add_argument("--prepare-workers", type=int, default=1, help="flights prepared concurrently")
+    parser.add_argument("--prepare-workers", type=int, default=2, help="flights prepared concurrently (lever 1)")
+    parser.add_argument("--fetch-workers", type=int, default=8, help="a flight's units read concurrently (lever 1)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (0: one per CPU core this process may use)")
     parser.add_argument("--device", default="auto")
@@ -190,13 +203,18 @@ def main() -> None:
     else:
         audio_s = generate(work / "source" / PARTITION, preset["units"], preset["min_s"], preset["max_s"],
                            preset["silent_share"], args.seed)
-    print(f"corpus: {preset['units']} units ({args.corpus}), {audio_s / 3600:.3f} audio-hours; models {args.models}; "
-          f"{threads} torch threads", flush=True)
+        if preset.get("dialogues"):  # and dialogues beside the sample speech (no truth: not every unit has one)
+            audio_s += generate_dialogues(work / "source" / PARTITION, preset["dialogues"], preset["min_s"],
+                                          preset["max_s"], args.seed)[0]
+    print(f"corpus: {preset['units']} units ({args.corpus}) + {preset.get('dialogues', 0)} dialogues, "
+          f"{audio_s / 3600:.3f} audio-hours; models {args.models}; {threads} torch threads", flush=True)
     asr_model, diarization_pipeline = MODELS[args.models]
     gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), asr_model=asr_model,
                       diarization_pipeline=diarization_pipeline, torch_threads=threads)
+    load_started = time.perf_counter()  # a fresh GPU step's: the model libraries' imports and every model's load
     loaded = gpu.load()  # every model before the first timed run (ASR and LID otherwise load at their first use)
     loaded.asr, loaded.language_id  # noqa: B018
+    load_s = time.perf_counter() - load_started
 
     def storage_at(root: pathlib.Path) -> StorageResource:
         return StorageResource(source_url=str(work / "source"), storage_url=str(root),
@@ -214,15 +232,14 @@ def main() -> None:
                                                            "max_units_per_flight": args.flight_units}}}})
     assert ingest.success
     ingest_s = time.perf_counter() - started
-    load_started = time.perf_counter()
     models = gpu.models  # loaded once for the whole bench, as in a long-lived worker
-    load_s = time.perf_counter() - load_started
     device = str(models.device)
 
     def run_variant(name: str, root: pathlib.Path) -> tuple[float, dict, StorageResource]:
         for asset in ("fetched_audio", "prepared_flights"):
             shutil.copytree(ingest_root / asset, root / asset)
-        config = switches(name) | {"decode_budget_seconds": args.budget, "prepare_workers": args.prepare_workers}
+        config = switches(name) | {"decode_budget_seconds": args.budget, "prepare_workers": args.prepare_workers,
+                                   "fetch_workers": args.fetch_workers}
         started = time.perf_counter()
         result = dg.materialize(
             all_assets, selection=dg.AssetSelection.assets("vad_scores", "diarization", "transcripts"),
@@ -235,20 +252,25 @@ def main() -> None:
         return wall, meta, storage_at(root)
 
     # Untimed: the first run pays one-off costs (kernel and allocator warm-up, pyannote's probe of the embedding
-    # model's minimum input, CUDA context and cuDNN autotuning), which would flatter every later variant.
-    wall, _, baseline = run_variant("all off", work / "baseline")
-    print(f"{'warm-up: all off':20s} {wall:6.1f} s wall (untimed; the gate's baseline)", flush=True)
+    # model's minimum input, CUDA context and cuDNN autotuning, CUDA-graph capture), which would flatter every later
+    # variant. Warmed up with all off, that run is the gate's baseline; otherwise the first timed all off run is.
+    warmup = preset.get("warmup", "all off")
+    warmup_wall, _, baseline = run_variant(warmup, work / "baseline")
+    print(f"{'warm-up: ' + warmup:20s} {warmup_wall:6.1f} s wall (untimed"
+          + ("; the gate's baseline)" if warmup == "all off" else ")"), flush=True)
+    baseline = baseline if warmup == "all off" else None
     rows = []
     all_on = None  # the first "all on" run: the approximate variants' baseline
     for repeat in range(args.repeats):
         for name in variants:
             wall, meta, storage = run_variant(name, work / f"run-{len(rows):02d}")
             all_on = all_on or (storage if name == "all on" else None)
+            baseline = baseline or (storage if name == "all off" else None)
             config, approximate = switches(name), name in APPROXIMATE
             # the exact levers: every column against all off; half precision and the approximate levers: the
             # gate's bars (the approximate ones against the exact all on run), with DER where a truth is known
             verdict = gate(all_on if approximate else baseline, storage, [PARTITION],
-                           exact=not (config[HALF] or approximate), truth=truth)
+                           exact=not (any(config[n] for n in NUMBERS_SWITCHES) or approximate), truth=truth)
             rows.append({
                 "variant": name, "repeat": repeat, "switches": config, "wall_s": wall,
                 "gated_against": "all on" if approximate else "all off",
@@ -256,6 +278,9 @@ def main() -> None:
                 "section_s": meta["section_seconds"], "asr_s": meta["asr_seconds"],
                 "diarization_s": meta["diarization_seconds"],
                 "vad_s": meta["vad_seconds"], "flight_load_wait_s": meta["flight_load_wait_seconds"],
+                "flight_load_wait_share": meta["flight_load_wait_share"],
+                "device_busy_share": meta["device_busy_share"],
+                "device_s_per_audio_hour": meta["device_seconds_per_audio_hour"],
                 "segmentation_forwards": meta["segmentation_forwards"], "decoder_modes": meta["decoder_modes"],
                 "embedding_work": meta["embedding_work"], "embedding_paths": meta["embedding_paths"],
                 "cuda_peak_gib": meta.get("cuda_peak_memory_gib"), "stage_seconds": meta["stage_seconds"],
@@ -268,6 +293,7 @@ def main() -> None:
                   flush=True)
     del models
     summary = report(rows, variants, device)
+    summary["fixed_cost"] = fixed_cost(rows, warmup, warmup_wall, load_s, audio_s)
     print(f"(ingest {ingest_s:.1f} s once, model load {load_s:.1f} s once, device {device})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -320,7 +346,20 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
               f"{100 * (split[name]['host_share_of_section'] or 0):>9.1f}% "
               f"{split[name]['host_after_section_s']:>13.2f}")
 
-    exact = [r for r in rows if r["variant"] not in APPROXIMATE and not r["switches"].get(HALF)]
+    print("\nwhere the section's time goes (mean of runs): waiting for flights from storage, and the device busy "
+          "(model forwards); device seconds per audio-hour per stage")
+    busy = {}
+    for name in variants:
+        per_hour = {stage: mean(name, lambda r, st=stage: r["device_s_per_audio_hour"].get(st, 0.0))
+                    for stage in stages}
+        busy[name] = {"flight_load_wait_share": mean(name, lambda r: r["flight_load_wait_share"] or 0.0),
+                      "device_busy_share": mean(name, lambda r: r["device_busy_share"] or 0.0),
+                      "device_s_per_audio_hour": per_hour}
+        print(f"{name:21s} load wait {100 * busy[name]['flight_load_wait_share']:5.1f}%  device busy "
+              f"{100 * busy[name]['device_busy_share']:5.1f}%  " + "  ".join(
+                  f"{stage} {v:.1f}" for stage, v in per_hour.items() if v))
+    exact = [r for r in rows if r["variant"] not in APPROXIMATE
+             and not any(r["switches"].get(n) for n in NUMBERS_SWITCHES)]
     print("\nevery published column against all off: decision columns changed, and the largest difference of each "
           "continuous column (bounds: " + ", ".join(f"{c} {b:.0e}" for c, b in CONTINUOUS.items()) + ")")
     columns = {}
@@ -331,6 +370,7 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
         print(f"{name:21s} changed {len(columns[name]['changed_columns']):>2d}  " + "  ".join(
             f"{c} {v:.2e}" for c, v in columns[name]["largest_difference"].items()))
     summary = {"gates_passed": all(r["gate"]["passed"] for r in exact), "device_host": split, "columns": columns,
+               "section_time": busy,
                "mean": {name: {key: mean(name, key) for key in ("audio_hours_per_compute_hour", "section_s", "vad_s",
                                                                  "diarization_s", "asr_s")} for name in variants}}
     print(f"\nevery run of the exact levers gated against all off, every column: "
@@ -353,17 +393,18 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
         summary["speedup_all_on_vs_levers_1_4"] = (mean("all on", "audio_hours_per_compute_hour")
                                                    / mean("levers 1-4", "audio_hours_per_compute_hour"))
         print(f"all on vs levers 1-4 (what levers 5 and 6 add): {summary['speedup_all_on_vs_levers_1_4']:.2f}x")
-    halves = [r for r in rows if r["switches"].get(HALF)]
-    if halves:
-        summary["half_precision"] = {"gate_passed": all(r["gate"]["passed"] for r in halves),
-                                     "word_edit_rate": max(r["gate"]["word_edit_rate"] for r in halves),
-                                     "speaker_agreement": min(r["gate"]["speaker_agreement"] for r in halves),
-                                     "precision": halves[0]["precision"]}
-        if "all on" in variants:
-            summary["half_precision"]["speedup_vs_all_on"] = (mean("all on + half", "audio_hours_per_compute_hour")
-                                                              / mean("all on", "audio_hours_per_compute_hour"))
-        h = summary["half_precision"]
-        print(f"half precision ({', '.join(h['precision'])}) against full precision: "
+    for switch, key, variant in ((HALF, "half_precision", "all on + half"), (TF32, "tf32", "all on + tf32")):
+        runs = [r for r in rows if r["switches"].get(switch)]
+        if not runs:
+            continue
+        h = summary[key] = {"gate_passed": all(r["gate"]["passed"] for r in runs),
+                            "word_edit_rate": max(r["gate"]["word_edit_rate"] for r in runs),
+                            "speaker_agreement": min(r["gate"]["speaker_agreement"] for r in runs),
+                            "precision": runs[0]["precision"]}
+        if "all on" in variants and variant in variants:
+            h["speedup_vs_all_on"] = (mean(variant, "audio_hours_per_compute_hour")
+                                      / mean("all on", "audio_hours_per_compute_hour"))
+        print(f"{SHORT[switch]} ({', '.join(h['precision'])}) against full precision: "
               f"word edit rate <= {h['word_edit_rate']:.4f}, speaker agreement >= {h['speaker_agreement']:.3f}: "
               f"gate {'PASS' if h['gate_passed'] else 'FAIL'} (it decides whether the switch may be on)"
               + (f"; {h['speedup_vs_all_on']:.2f}x all on" if "speedup_vs_all_on" in h else ""))
@@ -400,6 +441,24 @@ def report(rows: list[dict], variants: list[str], device: str) -> dict:
                  if "der_vs_truth" in figures else
                  ", DER vs truth: no truth (--corpus dialogues has one)"))
     return summary
+
+
+def fixed_cost(rows: list[dict], warmup: str, warmup_wall: float, load_s: float, audio_s: float) -> dict:
+    """What every GPU step pays once, in a fresh process (a fresh pod on Kubernetes): the model libraries' imports
+    and the models' load, and the first run's extra over a steady run of the same variant (warm-up, CUDA-graph
+    capture, cuDNN tuning); the shard size that keeps it under 10 % of a step at the warm-up variant's rate."""
+    steady = [r["wall_s"] for r in rows if r["variant"] == warmup]
+    if not steady:
+        return {}
+    first_run_extra = max(0.0, warmup_wall - float(np.mean(steady)))
+    fixed = load_s + first_run_extra
+    rate = (audio_s / 3600) / (float(np.mean(steady)) / 3600)  # audio-hours per compute-hour
+    figures = {"model_load_s": load_s, "first_run_extra_s": first_run_extra, "fixed_s": fixed,
+               "rate_audio_h_per_h": rate, "shard_audio_hours_for_10_percent": 9 * fixed * rate / 3600}
+    print(f"fixed cost of a GPU step: model imports and load {load_s:.1f} s + first run's extra "
+          f"{first_run_extra:.1f} s = {fixed:.1f} s; at {warmup}'s {rate:.0f} audio-h/h it stays under 10 % of a "
+          f"step from {figures['shard_audio_hours_for_10_percent']:.1f} audio-hours a shard")
+    return figures
 
 
 def _percent(value: float | None) -> str:

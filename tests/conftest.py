@@ -27,6 +27,8 @@ import pytest
 from batch_assets.gate.columns import TABLES  # the three GPU assets' seven tables
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
+from .published_arrays import assert_arrays_load
+
 SAMPLE_SOURCE = REPO_ROOT / "sample_data" / "audio"
 # torch threads for this test process and the runs it launches: the cores split between pytest-xdist's workers
 # (threads beyond a process's share of the cores slow every process on the machine many times over)
@@ -123,10 +125,11 @@ def materialize_partition(
     resources: dict, partition: str = SAMPLE_PARTITION, run_config: dict | None = None, raise_on_error: bool = True,
     checks: list | None = None,
 ):
-    """All six assets and their checks (plus `checks`, e.g. the baseline gate) for one partition."""
+    """All six assets and their checks (plus `checks`, e.g. the baseline gate) for one partition; after a successful
+    run, every `.npy` in its storage loads."""
     from batch_assets.definitions import all_assets, exports_checks, transcripts_checks
 
-    return dg.materialize(
+    result = dg.materialize(
         [*all_assets, *transcripts_checks, *exports_checks, *(checks or [])],
         partition_key=partition,
         resources=resources,
@@ -134,6 +137,9 @@ def materialize_partition(
         run_config=run_config,
         raise_on_error=raise_on_error,
     )
+    if result.success:
+        assert_arrays_load(resources["storage"])
+    return result
 
 
 @pytest.fixture(scope="session")

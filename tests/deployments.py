@@ -34,6 +34,7 @@ import yaml
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import TORCH_THREADS
+from .published_arrays import assert_arrays_load
 
 ISOLATED = pathlib.Path(__file__).resolve().parent / "isolated"
 # what a local run's step processes are forked from: the code location and everything a GPU step imports
@@ -104,8 +105,12 @@ class Deployment:
         return process, log
 
     def run(self, timeout_s: float = 900, **args) -> dict:
-        """Run to the end; returns the driver's answer (run_id, success, wall_s)."""
-        return self._answer(*self.start(**args), timeout_s)
+        """Run to the end; returns the driver's answer (run_id, success, wall_s). After a successful run, every
+        `.npy` in the storage loads."""
+        answer = self._answer(*self.start(**args), timeout_s)
+        if answer.get("success"):
+            assert_arrays_load(self.storage)
+        return answer
 
     @staticmethod
     def _answer(process: subprocess.Popen, log: pathlib.Path, timeout_s: float) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -214,6 +215,14 @@ def test_exact_reads_the_vad_score_arrays_of_each_run(runs):
         .alias("scores_uri")))
     result = gate(*runs, [P], exact=True)
     assert not result.passed and "FileNotFoundError" in result.columns.changed[0]
+    # the H200's unreadable array (issue 46): its header's alignment padding NUL where np.save writes spaces
+    point_to(scores)
+    raw = bytearray(pathlib.Path(candidate.read_parquet("vad_scores", P, "units")["scores_uri"][0]).read_bytes())
+    end = raw.index(b"\n")
+    raw[end - 33:end] = bytes(33)
+    candidate.write_bytes(candidate.read_parquet("vad_scores", P, "units")["scores_uri"][0], bytes(raw))
+    result = gate(*runs, [P], exact=True)
+    assert not result.passed and "Cannot parse header" in result.columns.changed[0]
 
 
 def test_command_line_exit_codes(runs):

@@ -1,7 +1,8 @@
 """On a CUDA device (skipped without one: `make test` here has none; run it where there is one): lever 3's CUDA
 graphs in TDT decoding give the words and times of decoding without them, through the section's own decoder-mode
 code (`gpu/asr.py`), with the decoder checked before and after each call (`gpu/decoder_check.py`, which
-`benchmarks/gpu_decoder_check.py` runs too, for the longer report: timings, tampering caught)."""
+`benchmarks/gpu_decoder_check.py` runs too, for the longer report: timings, tampering caught); and a flight through
+the section leaves CPython's shared `b" "` whole after the CUDA-graph build and runs ASR at the TF32 asked for."""
 
 from __future__ import annotations
 
@@ -26,3 +27,42 @@ def test_cuda_graphs_decode_the_words_of_decoding_without_them():
         settings, decoded, _ = decode_in_mode(model, device, enabled, audio, segments, 16, settings)
         words.setdefault(enabled, []).append(word_key(decoded))
     assert words[True][0] and words[True][0] == words[False][0] == words[True][1]
+
+
+def test_a_flight_on_cuda_keeps_the_shared_space_and_asr_runs_at_the_tf32_asked_for(tmp_path):
+    """Issue 46 on the device: after the section's first CUDA-graph build (NeMo's NVRTC call, through
+    `gpu/nemo_adapter.py`) CPython's shared `b" "` is still a space and `.npy` bytes load back; the ASR encoder runs
+    with TF32 as `tf32_enabled` says although pyannote turned it off in the same flight, and the setting is
+    restored after."""
+    import io
+
+    import numpy as np
+    import torch
+
+    from batch_assets.gpu.faults import interpreter_damaged
+    from batch_assets.gpu.levers import Levers
+    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.section import SectionUnit, process_flight
+    from batch_assets.gpu.section_stats import SectionStats
+
+    from .conftest import in_decoder_mode
+
+    audio = folder_audio(REPO_ROOT / "sample_data" / "audio" / SAMPLE_PARTITION)
+    pieces = list(audio.values())[:3]
+    offsets = np.cumsum([0, *(len(p) for p in pieces)])
+    units = [SectionUnit(f"u{i}", int(o), len(p)) for i, (o, p) in enumerate(zip(offsets, pieces, strict=False))]
+    models = GpuResource(device="cuda", lock_dir=str(tmp_path)).models
+    seen: list[bool] = []
+    models.asr.encoder.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.matmul.allow_tf32))
+    for tf32 in (True, False):
+        seen.clear()
+        levers = Levers(tf32_enabled=tf32)
+        before = torch.backends.cuda.matmul.allow_tf32
+        outcomes = process_flight(in_decoder_mode(models, levers), "f", np.concatenate(pieces), units, levers,
+                                  SectionStats())
+        assert any(o.words for o in outcomes) and seen and set(seen) == {tf32}
+        assert torch.backends.cuda.matmul.allow_tf32 == before
+    assert not interpreter_damaged()
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((79, 589, 3), np.float32))
+    assert np.load(io.BytesIO(buffer.getvalue())).shape == (79, 589, 3)

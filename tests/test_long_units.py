@@ -32,6 +32,7 @@ from batch_assets.long_units.windows import (
 
 from . import deployments
 from .conftest import SAMPLE_SOURCE, TABLES, assert_same_results, make_resources, materialize_partition, tables_of
+from .published_arrays import assert_arrays_load
 
 LONG_DAY = "2026-03-02"
 LONG_KEY = "hearings/long_hearing.flac"
@@ -396,4 +397,5 @@ def test_rerunning_a_windowed_unit_gives_its_rows_again_and_keeps_the_others(win
                             instance=dg.DagsterInstance.ephemeral(),
                             run_config={"ops": {"gpu_section": {"config": {"units": [LONG_KEY]}}}})
     assert result.success
+    assert_arrays_load(resources["storage"])
     assert_same_results(before, tables_of(windowed_run, LONG_DAY))

@@ -13,6 +13,7 @@ from batch_assets.orchestration.schedules import SCHEDULE_HOUR_UTC
 
 from .conftest import make_resources
 from .partition_sources import make_source
+from .published_arrays import assert_arrays_load
 
 UTC = datetime.UTC
 
@@ -68,6 +69,7 @@ def test_one_run_carries_several_partitions_each_with_its_own_materialization(tm
         tags={"dagster/asset_partition_range_start": "2026-02-01", "dagster/asset_partition_range_end": "2026-02-02"},
     )
     assert result.success
+    assert_arrays_load(resources["storage"])
     events = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()]
     by_asset: dict[str, dict[str, dict]] = {}
     for m in events:

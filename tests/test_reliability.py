@@ -29,6 +29,7 @@ from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import make_resources, materialize_partition
 from .partition_sources import SAMPLE, make_source
+from .published_arrays import assert_arrays_load
 from .s3_server import S3Server
 
 PARTITION = "2026-03-01"
@@ -274,6 +275,7 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
                              *[part for pair in flags.items() for part in pair]], env=env,
                             capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
+    assert_arrays_load(StorageResource(storage_url=flags["--storage"]))
     assert f"run {dead.run_id} (transcribe_partition) was STARTED but its processes" in second.stderr
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE

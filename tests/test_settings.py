@@ -32,7 +32,7 @@ def test_defaults_and_values_are_typed():
         "BATCH_ASSETS_SHARD_AUDIO_SECONDS": " 600 ", "BATCH_ASSETS_MODEL_CACHE": "~/models",
         "AWS_DEFAULT_REGION": "eu-west-1", "BATCH_ASSETS_EXECUTOR": "K8S",
         "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true"})
-    assert (default.shard_audio_seconds, given.shard_audio_seconds) == (14400, 600)
+    assert (default.shard_audio_seconds, given.shard_audio_seconds) == (90000, 600)
     assert given.model_cache == pathlib.Path("~/models").expanduser()
     assert (default.s3_region, given.s3_region, given.executor) == (None, "eu-west-1", "k8s")
     assert (default.switch_defaults["half_precision_enabled"],

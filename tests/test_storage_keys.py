@@ -90,3 +90,27 @@ def test_a_file_written_in_pieces_appears_whole_or_not_at_all(storage, name):
     with pytest.raises(OSError, match="source of the pieces"):
         storage.write_chunks(url, failing())
     assert storage.read_bytes(url) == b"".join(bytes([i]) * 1000 for i in range(5)) and _all(storage) == before
+
+
+def test_a_flight_is_read_unit_by_unit_concurrently_and_is_the_array_np_load_gives(storage):
+    """Lever 1 reads a flight's units as ranged reads of their own, `workers` at a time (issue 46: storage off the
+    GPU's path); the array is the file's, on a key a glob would misread too. With a simulated latency per read,
+    eight units through eight workers wait about one latency, one after another eight."""
+    import time
+
+    rng = np.random.default_rng(3)
+    sizes = [16000 * int(s) for s in rng.integers(1, 5, 8)]
+    audio = rng.standard_normal(sum(sizes)).astype(np.float32)
+    url = storage.write_array(audio, "prepared_flights", "2026-01-15", "audio/v[1]/flight-0000")
+    offsets = np.cumsum([0, *sizes[:-1]])
+    spans = [(int(o), n) for o, n in zip(offsets, sizes, strict=True)]
+    slow = storage.model_copy(update={"simulated_latency_per_unit_s": 0.25})
+    walls = {}
+    for workers in (8, 1):
+        started = time.perf_counter()
+        read = slow.read_flight(url, spans, workers)
+        walls[workers] = time.perf_counter() - started
+        assert read.dtype == np.float32 and np.array_equal(read, storage.read_array(url))
+    assert walls[8] < 1.0 <= 2.0 <= walls[1], walls
+    # spans that do not cover the file (a plan that is not this flight's): read whole, the same array
+    assert np.array_equal(storage.read_flight(url, spans[:3], 4), audio)

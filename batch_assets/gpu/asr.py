@@ -2,7 +2,8 @@
 
 Speech regions from VAD are merged across short pauses, padded a little, and cut into segments of at
 most `max_segment_s`, so that one long unit never becomes one huge encoder input; all segments of a
-flight are transcribed in batches, and word times are shifted back to unit time.
+flight are transcribed in batches (`batch_size_for`: a flight's segments in one or two forwards on a GPU, 8 on a
+CPU), longest first so that each batch pads little, and word times are shifted back to unit time.
 
 Word confidence: the decoding config also asks the TDT decoder for each word's confidence (`max_prob`,
 the emitted tokens' probabilities, the word's lowest), which becomes the words table's `score`. It leaves
@@ -192,15 +193,30 @@ def check_decoder_mode(model, device, enabled: bool, when: str) -> str:
     return actual
 
 
+BATCH_SIZES = {"cuda": 128, "cpu": 8}  # measured: docs/gpu-section.md, per-flight processing
+
+
+def batch_size_for(device, configured: int = 0) -> int:
+    """ASR segments per forward: `configured`, or for 0 the device's. A GPU wants a flight's segments in one or two
+    forwards (128, the size NeMo's published speeds use); a CPU pays each forward's padded length, so smaller
+    batches of like lengths are faster there (8: 1.4 s against 2.7 s at 128 for 22 segments of 3-30 s)."""
+    return configured or BATCH_SIZES.get(str(getattr(device, "type", device)), 16)
+
+
 def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segment], batch_size: int) -> list[Word]:
     if not segments:
         return []
     pieces = [
         audio[s.unit_id][int(round(s.start_s * SAMPLE_RATE)) : int(round(s.end_s * SAMPLE_RATE))] for s in segments
     ]
-    hypotheses = model.transcribe(pieces, batch_size=batch_size, timestamps=True, verbose=False)
+    # longest first (ties in flight order), as NeMo's transcribe_speech.py sorts its files: each batch pads to
+    # segments of about its own length, not to the flight's longest
+    order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
+    hypotheses = model.transcribe([pieces[i] for i in order], batch_size=batch_size, timestamps=True, verbose=False)
     if isinstance(hypotheses, tuple):  # some NeMo versions return (best, all)
         hypotheses = hypotheses[0]
+    by_segment = dict(zip(order, hypotheses, strict=True))
+    hypotheses = [by_segment[i] for i in range(len(pieces))]
     words: list[Word] = []
     for segment, hypothesis in zip(segments, hypotheses, strict=True):
         entries = (hypothesis.timestamp or {}).get("word", [])

@@ -84,3 +84,17 @@ def raise_if_device_fault(error: BaseException, where: str) -> None:
     why = device_fault(error)
     if why is not None:
         raise DeviceFault(f"device fault in {where}: {why}") from error
+
+
+def interpreter_damaged() -> bool:
+    """Whether CPython's shared one-byte `b" "` (what `bytes([32])` returns) is no longer a space: something wrote
+    into it (NeMo's NVRTC log, `gpu/nemo_adapter.py`), and every `b" " * n` made from it since is not spaces."""
+    return bytes([32])[0] != 32
+
+
+def check_interpreter(where: str) -> None:
+    """`DeviceFault` when the shared `b" "` is damaged: what this process writes from now on (an `.npy` header's
+    padding) cannot be trusted, so the step stops before committing and is retried in a fresh process."""
+    if interpreter_damaged():
+        raise DeviceFault(f"device fault {where}: CPython's shared b' ' was overwritten (NeMo's NVRTC log: "
+                          "gpu/nemo_adapter.py); nothing more is written from this process")

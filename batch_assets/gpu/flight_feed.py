@@ -1,9 +1,10 @@
 """Feed flights' decoded audio to the GPU section, preparing the next ones in the background (lever 1).
 
-With preparation on, while the section works on one flight a background thread loads the next flights,
-never more than the decode budget ahead (at least one flight, even if it alone exceeds it); whatever
-was prepared and not consumed is released when the section ends. With preparation off, each flight is
-loaded inside the section, serially.
+With preparation on, while the section works on one flight background threads (`workers`, the run config's
+`prepare_workers`) load the next flights, never more than the decode budget ahead (at least one flight, even if
+it alone exceeds it), each flight's units read concurrently (`load`: `storage/arrays.py: read_flight`, the run
+config's `fetch_workers`); whatever was prepared and not consumed is released when the section ends. With
+preparation off, each flight is loaded inside the section, one unit after another: the serial baseline.
 """
 
 from __future__ import annotations

@@ -20,11 +20,19 @@ class Levers:
     batch_across_units_enabled: bool = True
     host_overlap_enabled: bool = True
     half_precision_enabled: bool = False
+    tf32_enabled: bool = False
     embedding_trunk_blocks_enabled: bool = False
     embedding_skip_covered_enabled: bool = False
     decode_budget_seconds: float = 1800.0
-    prepare_workers: int = 1
-    asr_batch_size: int = 16
+    prepare_workers: int = 2
+    fetch_workers: int = 8
+    asr_batch_size: int = 0  # 0: the device's (`asr.batch_size_for`)
+
+    @property
+    def unit_fetch_workers(self) -> int:
+        """A flight's units read at once (`storage/arrays.py: read_flight`): `fetch_workers` with lever 1, else one
+        after another (the serial baseline)."""
+        return self.fetch_workers if self.prepare_flight_enabled else 1
 
     def embedding_options(self) -> dict[str, bool]:
         """What a diarization call's embedding step reads (`diarization.DiarizationCall`)."""

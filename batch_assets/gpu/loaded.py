@@ -80,7 +80,7 @@ def load_models(routing: dict[str, str] | str, diarization_pipeline: str, device
     from batch_assets.gpu import pyannote_adapter
     from batch_assets.gpu.diarization import make_levered
     from batch_assets.models.languages import TINY_LANGID
-    from batch_assets.models.loaders import load_asr_model, load_diarization_pipeline, load_language_id_model
+    from batch_assets.models.loaders import load_diarization_pipeline, load_language_id_model
 
     started = time.perf_counter()
     pipeline = make_levered(load_diarization_pipeline(diarization_pipeline, device, segmentation_batch_size,
@@ -91,5 +91,16 @@ def load_models(routing: dict[str, str] | str, diarization_pipeline: str, device
     return LoadedModels(device, pipeline, time.perf_counter() - started, forwards,
                         routing={"en": routing} if isinstance(routing, str) else dict(routing),
                         language_id_model=language_id_model or TINY_LANGID,
-                        load_asr=lambda name: load_asr_model(name, device),
+                        load_asr=lambda name: load_asr(name, device),
                         load_language_id=lambda name: load_language_id_model(name, device))
+
+
+def load_asr(name: str, device):
+    """An ASR model as the section loads it: NeMo's NVRTC log then kept off CPython's shared `b" "`
+    (`nemo_adapter`), before any decoder builds its CUDA-graph kernels."""
+    from batch_assets.gpu.nemo_adapter import install_nvrtc_fix
+    from batch_assets.models.loaders import load_asr_model
+
+    model = load_asr_model(name, device)
+    install_nvrtc_fix()
+    return model

@@ -83,6 +83,12 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "batch_fallbacks": int(sum(r.section.get("batch_fallbacks", 0) for r in ran)),
         "precision": sorted({r.section.get("precision", "float32") for r in ran}),
         "flight_load_wait_seconds": round(_sum(reports, "flight_load_wait_seconds"), 3),
+        "flight_load_wait_share": (round(_sum(reports, "flight_load_wait_seconds") / section_s, 4) if section_s
+                                   else None),
+        # the device's share of the section (model forwards' seconds) and each stage's device seconds per audio-hour
+        "device_busy_share": round(sum(s["device"] for s in stages.values()) / section_s, 4) if section_s else None,
+        "device_seconds_per_audio_hour": {stage: round(split["device"] * 3600 / audio_s, 2)
+                                          for stage, split in stages.items() if audio_s and split["device"]},
         "max_prepared_ahead_seconds": max((r.section["max_prepared_ahead_seconds"] for r in ran), default=0.0),
         "segmentation_forwards": int(_sum(reports, "segmentation_forwards")),
         "segmentation_forwards_by_stage": {k: counters["segmentation_forwards_by_stage"][k]

@@ -50,8 +50,11 @@ def autocast(device, enabled: bool, part: str) -> Iterator[None]:
         yield
 
 
-def describe(device, enabled: bool) -> str:
-    """What precision the section runs at, for the metadata ("float32", or which part runs at which dtype)."""
+def describe(device, enabled: bool, tf32: bool = False) -> str:
+    """What precision the section runs at, for the metadata ("float32", or which part runs at which dtype, and
+    TF32 matmuls for the NeMo models where `tf32_enabled` and a CUDA device)."""
+    if tf32 and str(getattr(device, "type", device)) == "cuda":
+        return f"{describe(device, enabled)}; asr and language id matmuls tf32"
     if not enabled:
         return "float32"
     parts = {part: half_dtype(device, part) for part in ("asr", "embedding")}
@@ -92,3 +95,22 @@ def asr_encoder_autocast(model, device, enabled: bool) -> Iterator[None]:
             handle.remove()
         while contexts:
             contexts.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def matmul_precision(device, tf32: bool) -> Iterator[None]:
+    """float32 matmuls and cuDNN convolutions on CUDA for the block: TF32 (`tf32_enabled`) or full float32, restored
+    after. Set where each model runs, not once per section: pyannote turns TF32 off on every pipeline and inference
+    call (`fix_reproducibility`), so a setting made at section start would not hold past the first diarization. On
+    CPU there is no TF32: nothing to set."""
+    import torch
+
+    if str(getattr(device, "type", device)) != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -58,7 +58,8 @@ class GpuResource(dg.ConfigurableResource):
     segmentation_batch_size: int = Field(default=32,
                                          description="Shared by VAD and diarization so scores are identical")
     embedding_batch_size: int = Field(default=32)
-    asr_batch_size: int = Field(default=16)
+    asr_batch_size: int = Field(default=0, ge=0, description="ASR segments per forward, longest first; 0: by device "
+                                "(gpu/asr.py: batch_size_for: 128 on CUDA, 8 on CPU)")
     lock_dir: str = Field(default=DEFAULT_LOCK_DIR, description="Folder of the per-device section locks")
     torch_threads: int = Field(default=0, description="0 = torch default")
     word_confidence: bool = Field(default=True, description="The TDT decoder's word confidence as the words' score "

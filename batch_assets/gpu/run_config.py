@@ -38,10 +38,14 @@ class LeverConfig(dg.Config):
     batch_across_units_enabled: bool = _switch_field("batch_across_units_enabled")
     host_overlap_enabled: bool = _switch_field("host_overlap_enabled")
     half_precision_enabled: bool = _switch_field("half_precision_enabled")
+    tf32_enabled: bool = _switch_field("tf32_enabled")
     embedding_trunk_blocks_enabled: bool = _switch_field("embedding_trunk_blocks_enabled")
     embedding_skip_covered_enabled: bool = _switch_field("embedding_skip_covered_enabled")
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
-    prepare_workers: int = Field(default=1, description="Flights prepared concurrently (within the budget ahead)")
+    prepare_workers: int = Field(default=2, ge=1, description="Flights prepared concurrently (within the budget "
+                                 "ahead; with prepare_flight_enabled)")
+    fetch_workers: int = Field(default=8, ge=1, description="A flight's units read from storage concurrently (with "
+                               "prepare_flight_enabled; off: one after another)")
 
 
 class HintsConfig(dg.Config):
@@ -132,7 +136,7 @@ class ListConfig(dg.Config):
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
-        description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (14400)",
+        description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (90000)",
     )
 
 
@@ -154,9 +158,10 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
           batch_across_units_enabled: true
           host_overlap_enabled: true
           half_precision_enabled: false     # changes numbers: on only where the gate passes
+          tf32_enabled: false               # changes numbers: on only where the gate passes
           embedding_trunk_blocks_enabled: false   # approximate: on only where the approximate gate passes
           embedding_skip_covered_enabled: false   # approximate: on only where the approximate gate passes
-          shard_audio_seconds: 14400        # one GPU step per 4 audio-hours
+          shard_audio_seconds: 90000        # one GPU step per 25 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
           num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar

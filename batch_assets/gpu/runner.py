@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from batch_assets.gpu.faults import check_interpreter
 from batch_assets.gpu.flight_feed import FlightFeed
 from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.loaded import LoadedModels
@@ -114,7 +115,8 @@ def run_section(
     last flight's after the section is exited. Commits stay in flight order."""
     import torch
 
-    report = SectionReport(precision=describe_precision(models.device, levers.half_precision_enabled))
+    report = SectionReport(precision=describe_precision(models.device, levers.half_precision_enabled,
+                                                            levers.tf32_enabled))
     if not flights:
         return report
     feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load,
@@ -127,6 +129,7 @@ def run_section(
     def finish(done: DeviceDone) -> None:
         outcomes = host_work(models, done, stats)
         started = time.perf_counter()
+        check_interpreter(f"before committing {done.flight_id}")
         commit(done.flight_id, outcomes)
         stats.add("tables", 0.0, time.perf_counter() - started)
         report.flights += 1

@@ -25,14 +25,8 @@ import time
 
 import numpy as np
 
-from batch_assets.gpu.asr import (
-    DecoderModeError,
-    Segment,
-    Word,
-    check_decoder_mode,
-    speech_segments,
-    transcribe_segments,
-)
+from batch_assets.gpu.asr import Segment, Word, batch_size_for, speech_segments
+from batch_assets.gpu.asr_flight import transcribe_checked
 from batch_assets.gpu.attribution import attribute_speakers
 from batch_assets.gpu.diarization import (
     DiarizationCall,
@@ -43,10 +37,10 @@ from batch_assets.gpu.diarization import (
     diarize,
     precompute_device_work,
 )
-from batch_assets.gpu.faults import free_device_cache, out_of_memory, raise_if_device_fault
+from batch_assets.gpu.faults import raise_if_device_fault
 from batch_assets.gpu.levers import Levers
 from batch_assets.gpu.loaded import LoadedModels
-from batch_assets.gpu.precision import asr_encoder_autocast
+from batch_assets.gpu.precision import asr_encoder_autocast, matmul_precision
 from batch_assets.gpu.routing import asr_ready, resolve_languages
 from batch_assets.gpu.section_stats import SectionStats
 from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
@@ -123,20 +117,24 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
         hints[uid], declared[uid] = unit.speaker_hints, unit.language
     done = DeviceDone(flight_id, outcomes)
-    speech = resolve_languages(models, waveforms, outcomes, declared, _vad(models, waveforms, outcomes, levers, stats),
-                               stats)
+    # matmul precision where each model runs: pyannote's full float32, the NeMo models' (LID, ASR) `tf32_enabled`
+    with matmul_precision(models.device, False):
+        vad_speech = _vad(models, waveforms, outcomes, levers, stats)
+    with matmul_precision(models.device, levers.tf32_enabled):
+        speech = resolve_languages(models, waveforms, outcomes, declared, vad_speech, stats)
     reuse = levers.vad_segmentation_reuse_enabled
     calls = {uid: DiarizationCall(**levers.embedding_options(), vad_scores=outcomes[uid].vad.scores if reuse else None)
              for uid in speech}
     files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in speech}
     before = models.segmentation_forwards[0]
-    if levers.batch_across_units_enabled or levers.host_overlap_enabled:
-        _precompute(models, files, levers, stats, outcomes)
-        done.calls = {uid: (calls[uid], files[uid], hints[uid])
-                      for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
-    else:
-        for uid in speech:
-            _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)
+    with matmul_precision(models.device, False):
+        if levers.batch_across_units_enabled or levers.host_overlap_enabled:
+            _precompute(models, files, levers, stats, outcomes)
+            done.calls = {uid: (calls[uid], files[uid], hints[uid])
+                          for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
+        else:
+            for uid in speech:
+                _diarize_unit(models, outcomes[uid], calls[uid], files[uid], hints[uid], stats)
     stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
     # ASR's batches hold every unit with speech, whatever its diarization did: which units share a batch moves the
@@ -153,9 +151,11 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
             segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
         model = asr_ready(models, name, levers.asr_cuda_graphs_enabled, stats)
         started = time.perf_counter()
-        with asr_encoder_autocast(model, models.device, levers.half_precision_enabled):
-            done.words.extend(_transcribe_checked(models, model, {uid: waveforms[uid] for uid in model_units},
-                                                  segments, outcomes, levers.asr_batch_size,
+        with (asr_encoder_autocast(model, models.device, levers.half_precision_enabled),
+              matmul_precision(models.device, levers.tf32_enabled)):
+            done.words.extend(transcribe_checked(models, model, {uid: waveforms[uid] for uid in model_units},
+                                                  segments, outcomes,
+                                                  batch_size_for(models.device, levers.asr_batch_size),
                                                   levers.asr_cuda_graphs_enabled, stats))
         stats.add("asr", time.perf_counter() - started, 0.0)
     return done
@@ -268,32 +268,3 @@ def _diarize_unit(models: LoadedModels, outcome: UnitOutcome, call: DiarizationC
     stats.embedding_work.update(outcome.diarization.embedding_work.counts())
     stats.embedding_paths[outcome.diarization.embedding_work.path] += 1
     return True
-
-
-def _transcribe_checked(models: LoadedModels, model, waveforms, segments, outcomes, asr_batch_size: int,
-                        cuda_graphs: bool, stats: SectionStats) -> list[Word]:
-    """One flight's ASR with one model, the decoder's mode asserted before and after; a failed batch retried unit by
-    unit."""
-    stats.decoder_modes.add(check_decoder_mode(model, models.device, cuda_graphs, "before"))
-    try:
-        words = transcribe_segments(model, waveforms, segments, asr_batch_size)
-    except DecoderModeError:
-        raise
-    except Exception as batch_error:  # the batch failed: retry unit by unit so one bad unit stays one
-        if out_of_memory(batch_error):  # a batch too big for the device: smaller calls may fit
-            free_device_cache(models.device)
-        else:
-            raise_if_device_fault(batch_error, "batched ASR")
-        stats.asr_batch_retries += 1
-        words = []
-        for uid in waveforms:
-            try:
-                words.extend(transcribe_segments(model, waveforms, [s for s in segments if s.unit_id == uid],
-                                                 asr_batch_size))
-            except Exception as unit_error:
-                raise_if_device_fault(unit_error, f"ASR of {uid}")
-                if outcomes[uid].result_class is ResultClass.TRANSCRIBED:  # a diarization failure's reason stands
-                    outcomes[uid].result_class = ResultClass.FAILED
-                    outcomes[uid].reason = f"ASR: {type(unit_error).__name__}: {unit_error}"[:500]
-    stats.decoder_modes.add(check_decoder_mode(model, models.device, cuda_graphs, "after"))
-    return words

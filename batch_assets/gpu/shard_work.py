@@ -125,6 +125,9 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     if not pending:
         return report
     ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
+    spans: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)  # each flight's units, as stored
+    for row in ok.sort("offset_samples").iter_rows(named=True):
+        spans[row["flight_id"]].append((row["offset_samples"], row["num_samples"]))
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
     manifest = storage.read_parquet("fetched_audio", commits.partition, "manifest")
@@ -140,11 +143,13 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     models = gpu.load(context.log)
     stops.checkpoint()
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
-                    prepare_workers=config.prepare_workers, asr_batch_size=gpu.asr_batch_size)
+                    prepare_workers=config.prepare_workers, fetch_workers=config.fetch_workers,
+                    asr_batch_size=gpu.asr_batch_size)
     try:
         section = run_section(
             models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
-            load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, planned[flight_id].num_units),
+            load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, spans[flight_id],
+                                                       levers.unit_fetch_workers),
             commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
             section=gpu.section(), checkpoint=stops.checkpoint,
         )
