@@ -91,8 +91,8 @@ PRESETS = {
                                                 "all on + half", *APPROXIMATE]},
     # >= 1.5 audio-hours of sample speech and dialogues: enough flights for a steady state; warmed up with all on
     # (CUDA graphs captured, cuDNN tuned) and gated against its first all off run, to fit one 10-minute command
-    ("production-shaped", "gpu"): {"units": 44, "min_s": 60.0, "max_s": 150.0, "silent_share": 0.1,
-                                   "dialogues": 16, "warmup": "all on",
+    ("production-shaped", "gpu"): {"units": 40, "min_s": 60.0, "max_s": 150.0, "silent_share": 0.1,
+                                   "dialogues": 14, "warmup": "all on",
                                    "variants": ["all off", "all on", "all on + half", "all on + tf32",
                                                 "all on + approximate"]},
 }
