@@ -1,5 +1,6 @@
 """Reduced precision (the `half_precision_enabled` switch, off by default): autocast for the ASR encoder and
-the embedding trunk, where the device supports it.
+the embedding trunk, where the device supports it; and each model's float32 matmul precision on CUDA
+(`matmul_precision`: TF32 for the NeMo models with the `tf32_enabled` switch, full float32 otherwise).
 
 Unlike the other levers this one changes numbers, so it is off unless a deployment turns it on, and the gate
 (word edit rate, speaker agreement against full precision) decides whether it may stay on. Dtypes: bfloat16 for
