@@ -1,7 +1,8 @@
-"""Arrays as stored: `.npy` bytes checked to load back before they are written, and a flight read unit by unit.
+"""Arrays as stored: `.npy` bytes whose header is checked before they are written, and a flight read unit by unit.
 
 `npy_bytes`: issue 46 found `.npy` files published unreadable (NeMo's NVRTC log had overwritten CPython's shared
-`b" "`, which numpy pads headers with): bytes that do not load back are refused, never written.
+`b" "`, which numpy pads headers with): bytes whose header does not parse back to the array's dtype and shape are
+refused, never written.
 
 `read_flight`: a flight is one float32 vector (`ingest/prepare.py`), its units' samples one after another. The GPU
 step reads its header, then each unit's bytes as a ranged read of its own (one GET with a Range on S3), a bounded
@@ -26,20 +27,29 @@ class UnreadableArray(ValueError):
     are lost data)."""
 
 
+def npy_header(stream: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) from the `.npy` header at the start of `stream`, which is left at the data;
+    numpy's own error for a header it cannot parse (ValueError; on Python 3.12 tokenize.TokenError for NULs)."""
+    version = np.lib.format.read_magic(stream)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return header(stream)
+
+
 def npy_bytes(array: np.ndarray, url: str) -> bytes:
-    """`array` as `.npy` bytes, checked to load back (header, dtype, shape; the data is what was saved) before
-    anything is written: a damaged interpreter (`gpu/faults.py: check_interpreter`) writes NUL header padding."""
+    """`array` as `.npy` bytes, their header checked to parse back to its dtype and shape (the data after it is the
+    array's own bytes) before anything is written: a damaged interpreter (`gpu/faults.py: check_interpreter`)
+    writes NUL header padding."""
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
     data = buffer.getvalue()
     try:
-        back = np.load(io.BytesIO(data), allow_pickle=False)
+        shape, _, dtype = npy_header(io.BytesIO(data))
     except Exception as error:  # numpy raises ValueError, or on 3.12 tokenize.TokenError, for a damaged header
         raise UnreadableArray(f"{url}: the .npy bytes made for it do not load back ({type(error).__name__}: "
                               f"{str(error)[:200]}); nothing written. A damaged interpreter (gpu/faults.py: "
                               "check_interpreter) does this: rerun in a fresh process") from None
-    if back.dtype != array.dtype or back.shape != array.shape:
-        raise UnreadableArray(f"{url}: the .npy bytes made for it load back as {back.dtype} {back.shape}, not "
+    if dtype != array.dtype or shape != array.shape:
+        raise UnreadableArray(f"{url}: the .npy bytes made for it load back as {dtype} {shape}, not "
                               f"{array.dtype} {array.shape}; nothing written")
     return data
 
@@ -49,11 +59,9 @@ def read_flight(fs, path: str, spans: list[tuple[int, int]], workers: int, laten
     """The float32 vector at `path`, each of `spans` (offset and count, in samples, covering it in order) a ranged
     read, `workers` at a time (one: one after another), each after `latency_s` of simulated latency (benchmarks).
     A file that is not one little-endian float32 vector covered by `spans` is read whole (`read_whole`)."""
-    head = io.BytesIO(fs.cat_file(path, start=0, end=FLIGHT_HEADER_BYTES))  # keywords: s3fs takes a version_id third
+    head = io.BytesIO(fs.cat_file(path, start=0, end=FLIGHT_HEADER_BYTES))  # keywords: s3fs's 2nd is version_id
     try:
-        version = np.lib.format.read_magic(head)
-        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = header(head)
+        shape, fortran, dtype = npy_header(head)
     except ValueError:  # a header beyond the first read, or not an .npy: the whole read says what is wrong
         shape, fortran, dtype = None, False, None
     covered = sum(n for _, n in spans)
