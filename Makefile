@@ -49,10 +49,17 @@ train-asr: setup
 	$(PY) -m batch_assets.training.train_asr --minutes 30 --train 15000 --lr 3e-4 --warmup 50 --init bench_out/train-asr/stage3.nemo --out bench_out/train-asr/stage4.nemo
 	$(PY) -m batch_assets.training.train_asr --minutes 65 --train 15000 --grammar 15000 --lr 5e-4 --warmup 100 --init bench_out/train-asr/stage4.nemo
 
-# The Spanish and German tiny TDTs (builtin:tiny-tdt-es, -de), as shipped: each language's 500 most common words in
-# its own espeak-ng voices; German one 30-minute stage from scratch, Spanish that and a 25-minute stage on 10,000
-# sentences (docs/models.md); ~1.5 h on 2 idle cores
+# The Spanish, German and Japanese tiny TDTs (builtin:tiny-tdt-es, -de, -ja), as shipped: Spanish and German each
+# language's 500 most common words in its own espeak-ng voices, German one 30-minute stage from scratch, Spanish that
+# and a 25-minute stage on 10,000 sentences; Japanese the kana-only words among its 10,000 most common (2,857),
+# transcribed without spaces, a 40-minute stage on 8,000 sentences, then 25 minutes on one thread on the same
+# sentences with 30 % of their words made-up hiragana ones, up to 0.6 s of quiet room around each utterance and
+# runs of 1-3 utterances joined by pauses, as the section's merged segments are (docs/models.md); ~2.7 h on 2 idle
+# cores
 train-asr-languages: setup
+	mkdir -p bench_out/train-asr-ja
+	$(PY) -m batch_assets.training.train_asr --language ja --words 5000 --minutes 40 --train 8000 --out bench_out/train-asr-ja/stage1.nemo
+	$(PY) -m batch_assets.training.train_asr --language ja --words 5000 --pseudo-words 0.3 --pad 0.6 --join 3 --minutes 25 --train 8000 --lr 1e-3 --warmup 100 --threads 1 --init bench_out/train-asr-ja/stage1.nemo --out batch_assets/models/weights/tiny-tdt-ja.nemo
 	mkdir -p bench_out/train-asr-es
 	$(PY) -m batch_assets.training.train_asr --language de --minutes 30 --train 5000 --threads 1 --out batch_assets/models/weights/tiny-tdt-de.nemo
 	$(PY) -m batch_assets.training.train_asr --language es --minutes 30 --train 5000 --threads 1 --out bench_out/train-asr-es/stage1.nemo
@@ -81,7 +88,8 @@ bench-levers-production-shaped: setup
 bench-levers-gpu: setup
 	$(PY) benchmarks/levers.py --preset gpu --models production-shaped --device cuda --json bench_out/levers-gpu.json
 
-# a partition in four languages, detected and routed, against the same audio all declared English (~10 minutes)
+# a partition in four languages, detected and routed, against the same audio all declared English, with the builtin
+# and the production-shaped routings (~7 minutes)
 bench-languages: setup
 	$(PY) benchmarks/languages.py --json bench_out/languages.json
 

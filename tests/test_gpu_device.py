@@ -2,7 +2,8 @@
 graphs in TDT decoding give the words and times of decoding without them, through the section's own decoder-mode
 code (`gpu/asr.py`), with the decoder checked before and after each call (`gpu/decoder_check.py`, which
 `benchmarks/gpu_decoder_check.py` runs too, for the longer report: timings, tampering caught); and a flight through
-the section leaves CPython's shared `b" "` whole after the CUDA-graph build and runs ASR at the TF32 asked for."""
+the section leaves CPython's shared `b" "` whole after the CUDA-graph build and runs ASR at the TF32 asked for; the
+Japanese hybrid TDT-CTC model takes the graphs with its TDT head."""
 
 from __future__ import annotations
 
@@ -26,6 +27,29 @@ def test_cuda_graphs_decode_the_words_of_decoding_without_them():
     for enabled in (True, False, True):  # the decoder's mode is checked before and after each call
         settings, decoded, _ = decode_in_mode(model, device, enabled, audio, segments, 16, settings)
         words.setdefault(enabled, []).append(word_key(decoded))
+    assert words[True][0] and words[True][0] == words[False][0] == words[True][1]
+
+
+def test_the_ja_shaped_hybrid_decodes_with_its_tdt_head_and_cuda_graphs():
+    """Issue 47 on the device: the hybrid TDT-CTC model at parakeet-tdt_ctc-0.6b-ja's sizes, loaded as the section
+    loads it, decodes the sample's Japanese call with its transducer head, CUDA graphs taken (asserted after the
+    call) and the same tokens and times without them."""
+    import torch
+
+    from batch_assets.gpu.loaded import load_asr
+    from batch_assets.models.production_shaped import PARAKEET_JA_SHAPED
+
+    device = torch.device("cuda")
+    model = load_asr(PARAKEET_JA_SHAPED, device)
+    audio = {"ja": folder_audio(REPO_ROOT / "sample_data" / "audio" / "2026-01-17")["ja_call"]}
+    segments = segments_of(audio, 10.0)
+    words, settings, modes = {}, None, set()
+    for enabled in (True, False, True):
+        settings, decoded, info = decode_in_mode(model, device, enabled, audio, segments, 16, settings)
+        words.setdefault(enabled, []).append(word_key(decoded))
+        modes.add(info["after"])
+    assert model.cur_decoder == "rnnt" and settings["head"] == "transducer"
+    assert "eager" in modes and any(m.startswith("cuda_graphs:") for m in modes)
     assert words[True][0] and words[True][0] == words[False][0] == words[True][1]
 
 

@@ -82,8 +82,8 @@ def test_reuse_is_identical_consumed_once_and_falls_back_on_mismatch(models, spe
 def test_decoder_mode_checks_on_cpu(models):
     asr, device = models.asr, models.device
     settings = apply_decoder_mode(asr, True, None)
-    assert settings == {"strategy": "greedy_batch", "use_cuda_graph_decoder": True, "word_confidence": True,
-                        "confidence": CONFIDENCE_SETTING}
+    assert settings == {"strategy": "greedy_batch", "head": "transducer", "use_cuda_graph_decoder": True,
+                        "word_confidence": True, "confidence": CONFIDENCE_SETTING}
     assert check_decoder_mode(asr, device, True, "before") == "eager (cuda graphs unavailable on cpu)"
     with pytest.raises(DecoderModeError, match="use_cuda_graph_decoder is True, run asked for False"):
         check_decoder_mode(asr, device, False, "before")

@@ -39,7 +39,9 @@ def test_the_routing_presets_and_entries():
                                                      for lang in PARAKEET_V3_LANGUAGES if lang != "en")
     assert len(production) == 26
     assert parse_routing("builtin") == {"en": "builtin:tiny-tdt", "es": "builtin:tiny-tdt-es",
-                                        "de": "builtin:tiny-tdt-de"}
+                                        "de": "builtin:tiny-tdt-de", "ja": "builtin:tiny-tdt-ja"}
+    shaped = parse_routing("production,ja=builtin:parakeet-tdt_ctc-0.6b-ja-shaped")  # what the tests run for ja
+    assert shaped["ja"] == "builtin:parakeet-tdt_ctc-0.6b-ja-shaped" and shaped["en"] == PARAKEET_V2
     custom = parse_routing(" production , ja = /models/ja.nemo, xh=/m/xh.nemo ")
     assert custom["ja"] == "/models/ja.nemo" and custom["xh"] == "/m/xh.nemo" and custom["en"] == PARAKEET_V2
     assert parse_routing("en=a.nemo,ES=b.nemo") == {"en": "a.nemo", "es": "b.nemo"}
@@ -62,7 +64,7 @@ def test_a_run_language_is_auto_or_a_code_with_a_model():
     assert run_language("ES", routing, "x") == "es"
     with pytest.raises(LanguageError, match=r"--language: 'xx' is not an ISO 639-1 language code"):
         run_language("xx", routing, "--language")
-    with pytest.raises(LanguageError, match=r"no ASR model for language 'fr'; configured: de, en, es"):
+    with pytest.raises(LanguageError, match=r"no ASR model for language 'fr'; configured: de, en, es, ja"):
         run_language("fr", routing, "--language")
 
 
@@ -130,7 +132,7 @@ def test_words_of_a_language_without_spaces_are_joined_with_nothing_everywhere()
 def test_the_cli_refuses_a_language_before_any_work(tmp_path):
     env = os.environ | {"DAGSTER_HOME": str(tmp_path), "BATCH_ASSETS_STORAGE_URL": str(tmp_path / "storage")}
     for code, message in (("xx", "--language: 'xx' is not an ISO 639-1 language code"),
-                          ("fr", "--language: no ASR model for language 'fr'; configured: de, en, es")):
+                          ("fr", "--language: no ASR model for language 'fr'; configured: de, en, es, ja")):
         probe = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--language", code],
                                capture_output=True, text=True, env=env, timeout=120)
         assert probe.returncode == 2 and message in probe.stderr, probe.stderr

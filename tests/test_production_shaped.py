@@ -32,6 +32,28 @@ def test_parakeet_shaped_has_parakeet_tdt_0_6b_v2_sizes_and_transcribes_through_
     assert again == words  # seeded weights, deterministic decoding
 
 
+def test_each_shaped_asr_model_has_its_production_models_tokenizer_size_and_heads():
+    """v2 (1024 pieces), v3 (8192, trained on English, Spanish and German) and the Japanese hybrid (3072 kana
+    pieces, 80 mel features, an auxiliary CTC head) from one config builder; the models themselves are built by the
+    slow tests (`test_japanese.py` for the hybrid) and the benches."""
+    import re
+
+    for name, shape in shaped.SHAPED_ASR.items():
+        folder = shaped._tokenizer_dir(shape)
+        pieces = (folder / "vocab.txt").read_text().split()
+        assert len(pieces) == shape.vocabulary, name
+        config = shaped.parakeet_shaped_config(str(folder), shape)
+        assert config["preprocessor"]["features"] == config["encoder"]["feat_in"] == shape.features
+        assert ("aux_ctc" in config) == (shape.ctc_loss_weight is not None)
+    ja = shaped.SHAPED_ASR[shaped.PARAKEET_JA_SHAPED]
+    assert (ja.features, ja.vocabulary, ja.ctc_loss_weight) == (80, 3072, 0.3)
+    kana = re.compile(r"^\u2581?[\u3041-\u309f\u30a0-\u30ff]+$")
+    pieces = (shaped._tokenizer_dir(ja) / "vocab.txt").read_text().split()[1:]  # after <unk>
+    assert all(kana.match(p) or p == "\u2581" for p in pieces)
+    config = shaped.parakeet_shaped_config("t", ja)["aux_ctc"]
+    assert config["decoder"]["_target_"].endswith("ConvASRDecoder") and config["decoder"]["feat_in"] == 1024
+
+
 def test_community1_shaped_is_laid_out_like_community_1():
     from batch_assets.gpu import pyannote_adapter as adapter
     from batch_assets.models.loaders import load_diarization_pipeline

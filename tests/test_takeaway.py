@@ -220,7 +220,7 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     ({"num_speakers": 2, "max_speakers": 3}, "gpu_section.plan_gpu_shards",
      "give num_speakers, or min_speakers/max_speakers, not both"),
     ({"language": "fr"}, "fetched_audio",
-     "ops.gpu_section.config.language: no ASR model for language 'fr'; configured: de, en, es"),
+     "ops.gpu_section.config.language: no ASR model for language 'fr'; configured: de, en, es, ja"),
     ({"language": "french"}, "fetched_audio", "'french' is not an ISO 639-1 language code"),
 ], ids=["hints", "language without a model", "not a language"])
 def test_a_bad_run_config_fails_at_once_naming_it(tmp_path, lock_dir, config, step, message):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, common_words, outside_vocabulary
@@ -35,12 +37,12 @@ def test_homophones_come_in_the_contexts_that_tell_them_apart():
 
 def test_each_training_language_has_its_words_and_speaking_voices():
     """Spanish and German training text and voices: the language's own 500 most common words (its letters only),
-    and every training and held-out voice speaks (espeak-ng writes audio for it). Japanese (language identification
-    only) has fewer words written in kana alone among its most common: they are its words."""
+    and every training and held-out voice speaks (espeak-ng writes audio for it). Japanese has fewer words written in
+    kana alone among its most common: they are its words, and its transcripts run them together."""
     import subprocess
 
-    from batch_assets.models.sentences import LETTERS, make_sentences
-    from batch_assets.training.corpus import VOICES
+    from batch_assets.models.sentences import LETTERS, make_sentences, mix_pseudo_words
+    from batch_assets.training.corpus import VOICES, join_utterances, synthesize
 
     english = make_sentences(3, np.random.default_rng(0), 500, language="en")
     assert make_sentences(3, np.random.default_rng(0), 500) == english  # the default is English, drawn as before
@@ -52,5 +54,15 @@ def test_each_training_language_has_its_words_and_speaking_voices():
         for voice in [*voices.train(), *voices.held_out]:
             spoken = subprocess.run(["espeak-ng", "-v", voice, "--stdout", words[0]], capture_output=True, check=True)
             assert len(spoken.stdout) > 1000 and not spoken.stderr, voice
+    spoken = synthesize(make_sentences(4, np.random.default_rng(1), 500, language="ja"), ["ja"], seed=1,
+                        processes=1, language="ja")
+    assert all(u.text and " " not in u.text and len(u.audio) > 8000 for u in spoken)
+    joined = join_utterances(spoken, 3, seed=1, language="ja")  # runs of 1-3, joined by pauses of 0.3-1.2 s
+    assert "".join(u.text for u in joined) == "".join(u.text for u in spoken) and len(joined) < len(spoken)
+    pauses = sum(len(u.audio) for u in joined) - sum(len(u.audio) for u in spoken)
+    assert 0.3 * 16000 * (len(spoken) - len(joined)) <= pauses <= 1.2 * 16000 * (len(spoken) - len(joined))
+    made_up = mix_pseudo_words(["の に て は が"] * 20, 0.5, np.random.default_rng(3))
+    new_words = {w for sentence in made_up for w in sentence.split()} - {"の", "に", "て", "は", "が"}
+    assert new_words and all(re.fullmatch(r"[\u3041-\u3096]{2,}", w) for w in new_words)
     assert {"ñ", "á"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "es")))
     assert {"ü", "ß", "ä"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "de")))

@@ -13,7 +13,13 @@ is a setting (`BATCH_ASSETS_WORD_CONFIDENCE`, the gpu resource's `word_confidenc
 Decoder mode (lever 3): the CUDA-graph setting is applied through the decoding config
 (`change_decoding_strategy`), because NeMo rebuilds its decoder from `cfg.decoding` on some calls
 (a timestamps request does), which would silently undo a runtime toggle. `check_decoder_mode` asserts
-what will really run: graphs only run for CUDA tensors, whatever the decoder's attribute says on CPU.
+what will really run: graphs only run for CUDA tensors, whatever the decoder's attribute says on CPU. A hybrid
+TDT-CTC model (`EncDecHybridRNNTCTCBPEModel`, parakeet-tdt_ctc-0.6b-ja) decodes with its transducer (TDT) head,
+chosen in the same call and asserted with the rest: its CTC head never runs here.
+
+Words of a language written without spaces (`languages.UNSPACED`: Japanese): NeMo's word timestamps split the text
+at spaces, so such a segment would be one "word"; its words are the model's tokens instead (NeMo's per-token
+timestamps, each token's confidence as its score), which the transcript joins with nothing between them.
 """
 
 from __future__ import annotations
@@ -77,14 +83,21 @@ class DecoderObservation:
     """What the decoder really is, read from the model, its decoding config and its decoding computer."""
 
     strategy: str
+    head: str  # "transducer", or "ctc" for a hybrid model's CTC head (`decoder_head`)
     config_graphs: bool  # cfg.decoding.greedy.use_cuda_graph_decoder
     computer_mode: str | None  # the label-looping computer's cuda_graphs_mode
     captured: bool  # a CUDA graph (full or per-loop) has been captured
     device: str
 
     def describe(self) -> str:
-        return (f"strategy={self.strategy} use_cuda_graph_decoder={self.config_graphs} "
+        return (f"strategy={self.strategy} head={self.head} use_cuda_graph_decoder={self.config_graphs} "
                 f"cuda_graphs_mode={self.computer_mode} graphs_captured={self.captured} device={self.device}")
+
+
+def decoder_head(model) -> str:
+    """The head `transcribe` decodes with: a hybrid TDT-CTC model's `cur_decoder` ("rnnt" or "ctc"); a transducer
+    model has only its transducer."""
+    return "ctc" if getattr(model, "cur_decoder", "rnnt") == "ctc" else "transducer"
 
 
 def observe_decoder(model, device) -> DecoderObservation:
@@ -96,6 +109,7 @@ def observe_decoder(model, device) -> DecoderObservation:
     )
     return DecoderObservation(
         strategy=str(decoding.get("strategy")),
+        head=decoder_head(model),
         config_graphs=bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
         computer_mode=None if mode is None else str(getattr(mode, "value", mode)),
         captured=captured,
@@ -108,7 +122,7 @@ def graph_settings(model) -> dict:
     decoding = model.cfg.decoding
     confidence = decoding.get("confidence_cfg") or {}
     method = (confidence.get("method_cfg") or {}).get("name")
-    return {"strategy": str(decoding.get("strategy")),
+    return {"strategy": str(decoding.get("strategy")), "head": decoder_head(model),
             "use_cuda_graph_decoder": bool(decoding.greedy.get("use_cuda_graph_decoder", False)),
             "word_confidence": bool(confidence.get("preserve_word_confidence", False)),
             "confidence": f"{method}/{confidence.get('aggregation')}/exclude_blank={confidence.get('exclude_blank')}/"
@@ -125,7 +139,7 @@ CONFIDENCE_SETTING = "max_prob/min/exclude_blank=True/tdt_include_duration=False
 
 def set_cuda_graphs(model, enabled: bool, word_confidence: bool = True) -> None:
     """Through the decoding config (which NeMo rebuilds from), never a runtime toggle it would undo; word
-    confidence on or off in the same config."""
+    confidence on or off in the same config; a hybrid model's transducer head chosen by the same call."""
     from omegaconf import open_dict
 
     decoding = copy.deepcopy(model.cfg.decoding)
@@ -133,7 +147,8 @@ def set_cuda_graphs(model, enabled: bool, word_confidence: bool = True) -> None:
         decoding.strategy = "greedy_batch"
         decoding.greedy.use_cuda_graph_decoder = enabled
         decoding.confidence_cfg = WORD_CONFIDENCE | {"preserve_word_confidence": word_confidence}
-    model.change_decoding_strategy(decoding, verbose=False)
+    head = {"decoder_type": "rnnt"} if hasattr(model, "cur_decoder") else {}  # a hybrid TDT-CTC model
+    model.change_decoding_strategy(decoding, verbose=False, **head)
 
 
 def apply_decoder_mode(model, enabled: bool, applied: dict | None, word_confidence: bool = True) -> dict:
@@ -148,8 +163,8 @@ def apply_decoder_mode(model, enabled: bool, applied: dict | None, word_confiden
         raise DecoderModeError(
             f"decoding settings changed behind the section's back: expected {applied}, actual {current}"
         )
-    if current != {"strategy": "greedy_batch", "use_cuda_graph_decoder": enabled, "word_confidence": word_confidence,
-                   "confidence": CONFIDENCE_SETTING}:
+    if current != {"strategy": "greedy_batch", "head": "transducer", "use_cuda_graph_decoder": enabled,
+                   "word_confidence": word_confidence, "confidence": CONFIDENCE_SETTING}:
         set_cuda_graphs(model, enabled, word_confidence)
     return graph_settings(model)
 
@@ -172,6 +187,8 @@ def check_decoder_mode(model, device, enabled: bool, when: str) -> str:
     problems = []
     if seen.strategy != "greedy_batch":
         problems.append(f"strategy is {seen.strategy}, not greedy_batch")
+    if seen.head != "transducer":
+        problems.append(f"the {seen.head} head decodes, not the transducer (TDT) head")
     if seen.config_graphs != enabled:
         problems.append(f"use_cuda_graph_decoder is {seen.config_graphs}, run asked for {enabled}")
     if enabled and seen.device == "cuda":
@@ -203,7 +220,10 @@ def batch_size_for(device, configured: int = 0) -> int:
     return configured or BATCH_SIZES.get(str(getattr(device, "type", device)), 16)
 
 
-def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segment], batch_size: int) -> list[Word]:
+def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segment], batch_size: int,
+                        token_units: frozenset[str] = frozenset()) -> list[Word]:
+    """Each segment's words in unit time; a unit of `token_units` (a language written without spaces) gets its
+    tokens as words."""
     if not segments:
         return []
     pieces = [
@@ -219,15 +239,26 @@ def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segm
     hypotheses = [by_segment[i] for i in range(len(pieces))]
     words: list[Word] = []
     for segment, hypothesis in zip(segments, hypotheses, strict=True):
-        entries = (hypothesis.timestamp or {}).get("word", [])
-        for entry, score in zip(entries, word_scores(hypothesis, entries), strict=True):
-            text = str(entry["word"]).strip()
+        tokens = segment.unit_id in token_units
+        entries = (hypothesis.timestamp or {}).get("char" if tokens else "word", [])
+        scores = token_scores(hypothesis, entries) if tokens else word_scores(hypothesis, entries)
+        for entry, score in zip(entries, scores, strict=True):
+            text = ("".join(entry["char"]) if tokens else str(entry["word"])).replace("\u2581", " ").strip()
             if not text:
                 continue
             start = min(segment.end_s, segment.start_s + float(entry["start"]))
             end = min(segment.end_s, max(start, segment.start_s + float(entry["end"])))
             words.append(Word(segment.unit_id, round(start, 3), round(end, 3), text, score))
     return words
+
+
+def token_scores(hypothesis, entries: list[dict]) -> list[float | None]:
+    """One confidence per timestamp token (NeMo's `token_confidence`, one per emitted token); none when the counts
+    differ."""
+    confidence = getattr(hypothesis, "token_confidence", None)
+    if confidence is None or len(confidence) != len(entries):
+        return [None] * len(entries)
+    return [round(float(c), 4) for c in confidence]
 
 
 def word_scores(hypothesis, entries: list[dict]) -> list[float | None]:

@@ -13,12 +13,13 @@ from batch_assets.schema.results import ResultClass
 
 
 def transcribe_checked(models: LoadedModels, model, waveforms, segments, outcomes, asr_batch_size: int,
-                        cuda_graphs: bool, stats: SectionStats) -> list[Word]:
+                        cuda_graphs: bool, stats: SectionStats,
+                        token_units: frozenset[str] = frozenset()) -> list[Word]:
     """One flight's ASR with one model, the decoder's mode asserted before and after; a failed batch retried unit by
-    unit."""
+    unit. `token_units`: units whose words are the model's tokens (`asr.transcribe_segments`)."""
     stats.decoder_modes.add(check_decoder_mode(model, models.device, cuda_graphs, "before"))
     try:
-        words = transcribe_segments(model, waveforms, segments, asr_batch_size)
+        words = transcribe_segments(model, waveforms, segments, asr_batch_size, token_units)
     except DecoderModeError:
         raise
     except Exception as batch_error:  # the batch failed: retry unit by unit so one bad unit stays one
@@ -31,7 +32,7 @@ def transcribe_checked(models: LoadedModels, model, waveforms, segments, outcome
         for uid in waveforms:
             try:
                 words.extend(transcribe_segments(model, waveforms, [s for s in segments if s.unit_id == uid],
-                                                 asr_batch_size))
+                                                 asr_batch_size, token_units))
             except Exception as unit_error:
                 raise_if_device_fault(unit_error, f"ASR of {uid}")
                 if outcomes[uid].result_class is ResultClass.TRANSCRIBED:  # a diarization failure's reason stands

@@ -36,6 +36,14 @@ def _sum(reports: list[ShardReport], key: str) -> float:
     return sum(r.section[key] for r in reports if r.section)
 
 
+def _model_sums(reports: list[ShardReport], key: str) -> dict[str, float]:
+    """A per-model figure of the section reports, summed over the steps."""
+    sums: collections.Counter = collections.Counter()
+    for report in reports:
+        sums.update(report.section.get(key, {}))
+    return {name: round(seconds, 3) for name, seconds in sorted(sums.items())}
+
+
 def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu: GpuResource, chosen: set | None,
                        partitions_in_run: int, run_id: str) -> dict[str, dict]:
     vad_units, turns, units = (tables["vad_scores", "units"], tables["diarization", "turns"],
@@ -109,6 +117,9 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         "models": {"asr": gpu.routing(), "language_id": gpu.language_id_model, "diarization": gpu.diarization_pipeline},
         # ASR models loaded per shard step: at most one load of each model per step, only where it had units
         "asr_model_loads": [r.section.get("asr_model_loads", {}) for r in ran],
+        "asr_model_load_seconds": [r.section.get("asr_model_load_seconds", {}) for r in ran],
+        # ASR seconds per model over the run's steps: where the ASR stage's time went, model by model
+        "asr_seconds_by_model": _model_sums(ran, "asr_seconds_by_model"),
         "language_id_seconds": round(sum(r.section.get("language_id_seconds", 0.0) for r in ran), 3),
         "model_load_seconds": max(loads) if loads else "not loaded (nothing to process)",
         "partitions_in_run": partitions_in_run,

@@ -87,6 +87,8 @@ class SectionReport:
             "host_after_section_seconds": round(self.host_after_section_s, 3),
             "host_phase_device_seconds": round(stats.host_phase_device_s, 3), "batch_fallbacks": stats.batch_fallbacks,
             "precision": self.precision, "asr_model_loads": dict(stats.asr_model_loads),
+            "asr_model_load_seconds": {k: round(v, 3) for k, v in stats.asr_model_load_seconds.items()},
+            "asr_seconds_by_model": {k: round(v, 3) for k, v in stats.asr_seconds_by_model.items()},
             "units_with_speech_by_language": dict(stats.languages),
             "language_id_seconds": round(stats.seconds["language_id"], 3),
             "model_load_seconds_in_section": round(stats.seconds["model_load"], 3),

@@ -29,6 +29,8 @@ class SectionStats:
     embedding_work: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     embedding_paths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     asr_model_loads: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # in this section
+    asr_model_load_seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    asr_seconds_by_model: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # ASR calls
     languages: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # units with speech
     asr_batch_retries: int = 0  # flights whose batched ASR failed and were retried unit by unit
     # flights with no speech to transcribe: no ASR call ran, so there is no decoder to check (NeMo builds and

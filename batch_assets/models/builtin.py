@@ -20,7 +20,7 @@ from collections.abc import Callable
 import filelock
 import yaml
 
-from batch_assets.models.languages import TINY_LANGID, TINY_TDT_DE, TINY_TDT_ES
+from batch_assets.models.languages import TINY_LANGID, TINY_TDT_DE, TINY_TDT_ES, TINY_TDT_JA
 from batch_assets.models.names import TINY_DIARIZATION, TINY_TDT
 from batch_assets.settings import current_settings
 
@@ -33,7 +33,8 @@ PLDA_DIR = WEIGHTS_DIR / "plda"
 DIARIZATION_REPORT = WEIGHTS_DIR / "diarization.json"  # holds the tuned pipeline parameters
 TDT_WEIGHTS = WEIGHTS_DIR / "tiny-tdt.nemo"  # trained by batch_assets.training.train_asr
 LANGUAGE_TDT_WEIGHTS = {TINY_TDT_ES: WEIGHTS_DIR / "tiny-tdt-es.nemo",  # train_asr --language es
-                        TINY_TDT_DE: WEIGHTS_DIR / "tiny-tdt-de.nemo"}  # train_asr --language de
+                        TINY_TDT_DE: WEIGHTS_DIR / "tiny-tdt-de.nemo",  # train_asr --language de
+                        TINY_TDT_JA: WEIGHTS_DIR / "tiny-tdt-ja.nemo"}  # train_asr --language ja
 LANGID_WEIGHTS = WEIGHTS_DIR / "tiny-langid.nemo"  # trained by batch_assets.training.train_langid
 
 DIARIZATION_PARAMS = {

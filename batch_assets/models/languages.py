@@ -5,7 +5,7 @@ location loads. A language is an ISO 639-1 code (`en`, `es`, `ja`). The routing 
 one ASR model; a unit whose language has no entry is published as `unsupported_language`, never transcribed by
 another language's model. It is written `lang=model,lang=model`, optionally after a preset:
 
-- `builtin`: the offline tiny TDTs trained here, English, Spanish and German (`docs/models.md`);
+- `builtin`: the offline tiny TDTs trained here, English, Spanish, German and Japanese (`docs/models.md`);
 - `production`: `en` -> `nvidia/parakeet-tdt-0.6b-v2`, the 24 other languages of `nvidia/parakeet-tdt-0.6b-v3`
   -> v3, `ja` -> `nvidia/parakeet-tdt_ctc-0.6b-ja`;
 - `production,ja=/models/ja.nemo`: a preset with entries replaced or added.
@@ -36,11 +36,13 @@ PARAKEET_V3_LANGUAGES = ("bg", "cs", "da", "de", "el", "en", "es", "et", "fi", "
 
 TINY_TDT_ES = "builtin:tiny-tdt-es"
 TINY_TDT_DE = "builtin:tiny-tdt-de"
+TINY_TDT_JA = "builtin:tiny-tdt-ja"
 TINY_LANGID = "builtin:tiny-langid"
 AMBERNET = "langid_ambernet"  # NeMo's language identification model (VoxLingua107), by name
 
 PRESETS: Mapping[str, Mapping[str, str]] = types.MappingProxyType({
-    "builtin": types.MappingProxyType({"en": "builtin:tiny-tdt", "es": TINY_TDT_ES, "de": TINY_TDT_DE}),
+    "builtin": types.MappingProxyType({"en": "builtin:tiny-tdt", "es": TINY_TDT_ES, "de": TINY_TDT_DE,
+                                       "ja": TINY_TDT_JA}),
     "production": types.MappingProxyType(
         {lang: PARAKEET_V3 for lang in PARAKEET_V3_LANGUAGES} | {"en": PARAKEET_V2, "ja": PARAKEET_JA}),
 })

@@ -6,10 +6,11 @@
   `pyannote/speaker-diarization-community-1` (`Pipeline.from_pretrained`, token from `HF_TOKEN`).
 - Language identification: a `.nemo` file or a NeMo name such as `langid_ambernet`
   (`EncDecSpeakerLabelModel.restore_from` / `.from_pretrained`); its labels (`cfg.train_ds.labels`) are language codes.
-- `builtin:tiny-tdt` (`-es`, `-de`) / `builtin:tiny-diarization` / `builtin:tiny-langid`: the offline defaults (see
-  `builtin.py`).
-- `builtin:parakeet-tdt-0.6b-v2-shaped` / `builtin:community-1-shaped`: the production architectures at
-  production sizes with seeded random weights, for benches (see `production_shaped.py`).
+- `builtin:tiny-tdt` (`-es`, `-de`, `-ja`) / `builtin:tiny-diarization` / `builtin:tiny-langid`: the offline
+  defaults (see `builtin.py`).
+- `builtin:parakeet-tdt-0.6b-v2-shaped` (`-v3-shaped`, `builtin:parakeet-tdt_ctc-0.6b-ja-shaped`) /
+  `builtin:community-1-shaped`: the production architectures at production sizes with seeded random weights, for
+  benches and tests (see `production_shaped.py`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def load_asr_model(name: str, device):
     quiet_model_libraries()
     from nemo.collections.asr.models import ASRModel
 
-    if name == production_shaped.PARAKEET_SHAPED:  # built in memory: no file to restore
-        model = production_shaped.build_parakeet_shaped()
+    if name in production_shaped.SHAPED_ASR:  # built in memory: no file to restore
+        model = production_shaped.build_asr_shaped(name)
     elif isinstance(source := _local_or_name(name), pathlib.Path):
         model = ASRModel.restore_from(str(source), map_location=device)
     else:

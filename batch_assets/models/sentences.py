@@ -4,6 +4,11 @@ Sentences draw on a language's most frequent words (wordfreq's list, not a hand-
 `language` is given: `LETTERS` says which words a language keeps), with a Zipf-like bias so frequent words
 come up more often. Building a production-shaped model trains its tokenizer on them
 (`production_shaped.py`); the training corpus speaks them (`training/corpus.py`).
+
+Japanese has one more kind of word: made-up ones (`mix_pseudo_words`), a few hiragana morae each. Half the
+kana-only words among its most common are katakana (loanwords), and most of its everyday words are written in
+kanji, so a caller's kana is mostly words the list does not hold; made-up words teach the model to write what it
+hears in hiragana rather than guess a known word.
 """
 
 from __future__ import annotations
@@ -51,3 +56,27 @@ def make_sentences(count: int, rng: np.random.Generator, vocabulary: int = 3000,
             seen.add(sentence)
             sentences.append(sentence)
     return sentences
+
+
+# Japanese morae in hiragana: the basic syllables, their voiced forms, and the contracted ones (きゃ, しゅ, ...)
+HIRAGANA_MORAE = tuple(
+    "あいうえおかきくけこさしすせそたちつてとなにぬねのはひふへほまみむめもやゆよらりるれろわ"
+    "がぎぐげござじずぜぞだでどばびぶべぼぱぴぷぺぽ") + tuple(
+    c + y for c in "きしちにひみりぎじびぴ" for y in "ゃゅょ")
+GEMINATES = "かきくけこさしすせそたちつてとぱぴぷぺぽ"  # a mora っ may come before (a doubled consonant)
+
+
+def pseudo_word(rng: np.random.Generator) -> str:
+    """2-4 hiragana morae, now and then an ん after one or a っ before a mora that can double."""
+    morae = [HIRAGANA_MORAE[i] for i in rng.integers(len(HIRAGANA_MORAE), size=int(rng.integers(2, 5)))]
+    word = morae[0]
+    for mora in morae[1:]:
+        extra = rng.random()
+        word += ("ん" if extra < 0.12 else "っ" if extra < 0.2 and mora[0] in GEMINATES else "") + mora
+    return word
+
+
+def mix_pseudo_words(sentences: list[str], share: float, rng: np.random.Generator) -> list[str]:
+    """Each word of `sentences` replaced by a made-up hiragana word (`pseudo_word`) with probability `share`."""
+    return [" ".join(pseudo_word(rng) if rng.random() < share else word for word in sentence.split())
+            for sentence in sentences]

@@ -4,6 +4,10 @@ The sentences come from `models/sentences.py`. Voices are espeak-ng accents x vo
 utterance at a random rate and pitch, with light background noise and gain. The splits are
 disjoint by sentence (held-out sentences never appear in training), and one test split uses voices
 that training never heard. English, Spanish, German and Japanese each have their own voices (`VOICES`).
+
+A language written without spaces (Japanese: `languages.UNSPACED`) is transcribed without them (`written`): the
+sentence of words is spoken with its spaces or without them (seeded, half each: espeak-ng phrases the two
+differently, and a caller's text may come either way), and its transcript is the words run together.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ VOICES = {
     "en": LanguageVoices(tuple(TRAIN_ACCENTS), tuple(HELD_OUT_VOICES)),
     "es": LanguageVoices(("es", "es-419"), ("es+m4", "es-419+f4", "es+m6")),
     "de": LanguageVoices(("de",), ("de+m4", "de+f4", "de+m6")),
-    "ja": LanguageVoices(("ja",), ("ja+m4", "ja+f4", "ja+m6")),  # for language identification (no Japanese TDT)
+    "ja": LanguageVoices(("ja",), ("ja+m4", "ja+f4", "ja+m6")),
 }
 
 
@@ -63,22 +67,60 @@ def speak(text: str, voice: str, wpm: int, pitch: int) -> np.ndarray:
     return audio[max(0, voiced[0] - 800) : voiced[-1] + 800]
 
 
-def _synthesize(job: tuple[str, str, int, int, int]) -> Utterance:
-    text, voice, wpm, pitch, seed = job
+def _synthesize(job: tuple[str, str, int, int, int, float]) -> Utterance:
+    text, voice, wpm, pitch, seed, pad_s = job
     rng = np.random.default_rng(seed)
     audio = speak(text, voice, wpm, pitch) * rng.uniform(0.3, 0.9) / 0.9
+    if pad_s:  # room before and after the speech, as the section's padded, merged segments have it
+        audio = np.pad(audio, [int(rng.uniform(0.0, pad_s) * RATE) for _ in range(2)])
     audio = audio + rng.normal(0.0, rng.uniform(0.0005, 0.006), size=audio.shape).astype(np.float32)
     return Utterance(text, voice, audio.astype(np.float32))
 
 
-def synthesize(sentences: list[str], voices: list[str], seed: int, processes: int = 2) -> list[Utterance]:
+def written(text: str, language: str) -> str:
+    """A sentence of words as the language writes it: run together where it is written without spaces."""
+    from batch_assets.models.languages import word_separator
+
+    return word_separator(language).join(text.split())
+
+
+def synthesize(sentences: list[str], voices: list[str], seed: int, processes: int = 2,
+               language: str = "en", pad_s: float = 0.0) -> list[Utterance]:
+    """Each sentence spoken by one of `voices` (seeded); `pad_s`: up to that much quiet room (the background noise
+    alone) before and after each utterance."""
     if not sentences:  # no worker pool for nothing (an optional split, e.g. train_asr without --grammar)
         return []
     rng = np.random.default_rng(seed)
     jobs = [
         (text, voices[int(rng.integers(len(voices)))], int(rng.integers(130, 200)), int(rng.integers(25, 80)),
-         seed * 100003 + i)
+         seed * 100003 + i, pad_s)
         for i, text in enumerate(sentences)
     ]
+    unspaced = written("a b", language) == "ab"
+    if unspaced:  # spoken with or without its spaces, half each (drawn after the voices: their draw is unchanged)
+        jobs = [(written(text, language) if rng.random() < 0.5 else text, *rest) for text, *rest in jobs]
     with multiprocessing.Pool(processes) as pool:
-        return pool.map(_synthesize, jobs, chunksize=16)
+        utterances = pool.map(_synthesize, jobs, chunksize=16)
+    if unspaced:
+        utterances = [dataclasses.replace(u, text=written(u.text, language)) for u in utterances]
+    return utterances
+
+
+def join_utterances(utterances: list[Utterance], most: int, seed: int, language: str = "en") -> list[Utterance]:
+    """Runs of 1 to `most` consecutive utterances, each run one utterance: the speech joined by pauses of 0.3-1.2 s
+    of quiet room, the transcripts by the language's separator. What the section hands a model: VAD's regions
+    merged across pauses into segments of up to 30 s, several turns each."""
+    from batch_assets.models.languages import word_separator
+
+    rng = np.random.default_rng(seed)
+    joined, i = [], 0
+    while i < len(utterances):
+        run = utterances[i : i + int(rng.integers(1, most + 1))]
+        i += len(run)
+        pieces = [run[0].audio]
+        for u in run[1:]:
+            pause = rng.normal(0.0, rng.uniform(0.0005, 0.006), int(rng.uniform(0.3, 1.2) * RATE))
+            pieces += [pause.astype(np.float32), u.audio]
+        joined.append(Utterance(word_separator(language).join(u.text for u in run), run[0].voice,
+                                np.concatenate(pieces)))
+    return joined

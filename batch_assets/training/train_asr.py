@@ -2,8 +2,9 @@
 
     .venv/bin/python -m batch_assets.training.train_asr [--minutes 30] [--language es --out ...]
 
-Seeded end to end. Steps: sentences of a language's common words (English by default; `--language es` or
-`de` for Spanish or German, in that language's espeak-ng voices; disjoint train/val/test; with
+Seeded end to end. Steps: sentences of a language's common words (English by default; `--language es`, `de`
+or `ja` for Spanish, German or Japanese, in that language's espeak-ng voices; Japanese is kana, transcribed
+without spaces and scored by character error rate, `corpus.written`; disjoint train/val/test; with
 `--grammar N` also N grammatical sentences from `grammar.py`, with their own val/test splits), espeak-ng
 speech (training voices; plus a test split in voices never heard in training), a sentencepiece BPE
 tokenizer trained on the training text (the production models' path, `EncDecRNNTBPEModel`, which also
@@ -24,23 +25,26 @@ import time
 import numpy as np
 import torch
 
-from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, make_sentences
+from batch_assets.models.languages import UNSPACED
+from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, make_sentences, mix_pseudo_words
 from batch_assets.models.tdt_config import DURATIONS, model_config, train_tokenizer
-from batch_assets.training.corpus import VOICES, synthesize, train_voices
+from batch_assets.training.corpus import VOICES, join_utterances, synthesize, train_voices, written
 from batch_assets.training.grammar import make_grammar_sentences
 from batch_assets.training.tdt_loss import tdt_loss
 
 WEIGHTS = pathlib.Path(__file__).resolve().parents[1] / "models" / "weights"
 
 
-def wer(model, utterances, batch_size: int = 32) -> float:
+def error_rate(model, utterances, batch_size: int = 32, metric: str = "wer") -> float:
+    """Word error rate, or with `metric="cer"` character error rate (a language written without spaces)."""
     import jiwer
 
     model.eval()
     with torch.no_grad():
         hyps = model.transcribe([u.audio for u in utterances], batch_size=batch_size, verbose=False)
     texts = [h.text if hasattr(h, "text") else str(h) for h in hyps]
-    return float(jiwer.wer([u.text for u in utterances], [t.strip() or "<empty>" for t in texts]))
+    score = jiwer.cer if metric == "cer" else jiwer.wer
+    return float(score([u.text for u in utterances], [t.strip() or "<empty>" for t in texts]))
 
 
 def batches(utterances, batch_size: int, rng: np.random.Generator):
@@ -72,11 +76,21 @@ def main() -> None:
     parser.add_argument("--init", type=pathlib.Path, help="continue from this .nemo (its tokenizer; the same seeded "
                         "sentence draw, --train may extend it)")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--pseudo-words", type=float, default=0.0,
+                        help="Japanese: replace this share of the words (every split) by made-up hiragana words "
+                        "(sentences.mix_pseudo_words), drawn after the sentences")
+    parser.add_argument("--pad", type=float, default=0.0,
+                        help="up to this many seconds of quiet room before and after each utterance (every split)")
+    parser.add_argument("--join", type=int, default=1,
+                        help="every split's examples: runs of 1 to N consecutive utterances joined by pauses "
+                        "(corpus.join_utterances: the section's merged segments)")
     parser.add_argument("--grammar", type=int, default=0,
                         help="also train on N grammatical sentences (grammar.py), with grammatical val/test splits")
     args = parser.parse_args()
     if args.grammar and args.language != "en":
         parser.error("--grammar writes English sentences: leave it out with --language " + args.language)
+    if args.pseudo_words and args.language != "ja":
+        parser.error("--pseudo-words makes up Japanese (hiragana) words: use it with --language ja")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
@@ -85,17 +99,28 @@ def main() -> None:
     def split(sentences: list[str], n_train: int) -> tuple[list[str], list[str], list[str]]:
         return sentences[:n_train], sentences[n_train : n_train + args.val], sentences[n_train + args.val :]
 
-    train_s, val_s, test_s = split(make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words,
-                                                  language=args.language), args.train)
+    sentences = make_sentences(args.train + args.val + args.test, rng, vocabulary=args.words, language=args.language)
+    if args.pseudo_words:  # its own draw: the sentences (and so every split) are the ones without it
+        sentences = mix_pseudo_words(sentences, args.pseudo_words, np.random.default_rng(args.seed + 2))
+    train_s, val_s, test_s = split(sentences, args.train)
     grammar_s = make_grammar_sentences(args.grammar + args.val + args.test, np.random.default_rng(args.seed + 1),
                                        vocabulary=args.words) if args.grammar else []
     g_train_s, g_val_s, g_test_s = split(grammar_s, args.grammar)
     voices, held_out = train_voices(args.language), list(VOICES[args.language].held_out)
-    train = (synthesize(train_s, voices, seed=args.seed * 10 + 1)
-             + synthesize(g_train_s, voices, seed=args.seed * 10 + 5))
-    val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2)
-    test = synthesize(test_s, voices, seed=args.seed * 10 + 3)
-    unseen = synthesize(test_s, held_out, seed=args.seed * 10 + 4)
+    metric = "cer" if args.language in UNSPACED else "wer"
+    lang = args.language
+
+    def wer(model, utterances) -> float:  # the language's error rate
+        return error_rate(model, utterances, metric=metric)
+
+    train = (synthesize(train_s, voices, seed=args.seed * 10 + 1, language=lang, pad_s=args.pad)
+             + synthesize(g_train_s, voices, seed=args.seed * 10 + 5, pad_s=args.pad))
+    val = synthesize(val_s + g_val_s, voices, seed=args.seed * 10 + 2, language=lang, pad_s=args.pad)
+    test = synthesize(test_s, voices, seed=args.seed * 10 + 3, language=lang, pad_s=args.pad)
+    unseen = synthesize(test_s, held_out, seed=args.seed * 10 + 4, language=lang, pad_s=args.pad)
+    if args.join > 1:
+        train, val, test, unseen = (join_utterances(split_, args.join, args.seed * 10 + 8 + k, lang)
+                                    for k, split_ in enumerate((train, val, test, unseen)))
     g_test = synthesize(g_test_s, voices, seed=args.seed * 10 + 6)
     g_unseen = synthesize(g_test_s, held_out, seed=args.seed * 10 + 7)
     hours = sum(len(u.audio) for u in train) / 16000 / 3600
@@ -105,7 +130,7 @@ def main() -> None:
         model = EncDecRNNTBPEModel.restore_from(str(args.init), map_location="cpu")
     else:
         work = pathlib.Path(tempfile.mkdtemp(prefix="tiny-tdt-"))
-        train_tokenizer(train_s, work, args.vocab)
+        train_tokenizer([written(text, lang) for text in train_s], work, args.vocab)
         model = EncDecRNNTBPEModel(cfg=OmegaConf.create(model_config(str(work))))
     params = sum(p.numel() for p in model.parameters())
     blank = model.decoder.blank_idx
@@ -125,7 +150,7 @@ def main() -> None:
     if args.init:  # the starting point is a candidate too
         best = wer(model, val)
         best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        print(json.dumps({"init": str(args.init), "val_wer": best}), flush=True)
+        print(json.dumps({"init": str(args.init), f"val_{metric}": best}), flush=True)
     train_started = time.time()
     while time.time() - train_started < budget_s:
         epoch += 1
@@ -158,7 +183,7 @@ def main() -> None:
             step += 1
         val_wer = wer(model, val)
         history.append({"epoch": epoch, "step": step, "loss": float(np.mean(losses)) if losses else None,
-                        "val_wer": val_wer, "minutes": (time.time() - train_started) / 60})
+                        f"val_{metric}": val_wer, "minutes": (time.time() - train_started) / 60})
         print(json.dumps(history[-1]), flush=True)
         if val_wer < best:
             best = val_wer
@@ -168,9 +193,10 @@ def main() -> None:
     report = {
         "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train_s),
         "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
-        "val_wer": best, "test_wer": wer(model, test), "test_wer_unseen_voices": wer(model, unseen),
+        f"val_{metric}": best, f"test_{metric}": wer(model, test), f"test_{metric}_unseen_voices": wer(model, unseen),
         "unseen_voices": held_out, "history": history, "seed": args.seed, "words": args.words,
-        "language": args.language,
+        "language": args.language, "metric": metric, "pseudo_word_share": args.pseudo_words, "pad_s": args.pad,
+        "joined_up_to": args.join,
         "continued_from": str(args.init) if args.init else None,
         "grammar_train_utterances": len(g_train_s),
     }
