@@ -49,6 +49,7 @@ ROUTINGS = {"builtin": "builtin", "production-shaped": f"en={V2},es={V3},de={V3}
 
 def make_partition(folder: pathlib.Path, per_language: int, seed: int, languages=LANGUAGES) -> dict[str, dict]:
     """Dialogues of two held-out voices per unit, 6-10 turns; the truth (language, text) by file name."""
+    from batch_assets.models.languages import word_separator
     from batch_assets.models.sentences import make_sentences
     from batch_assets.training.corpus import VOICES, synthesize
 
@@ -66,8 +67,7 @@ def make_partition(folder: pathlib.Path, per_language: int, seed: int, languages
                 pieces += [clip.audio, np.zeros(int(rng.uniform(0.4, 1.2) * RATE), np.float32)]
             name = f"{language}_{u:02d}.wav"
             sf.write(folder / name, np.concatenate(pieces), RATE, subtype="PCM_16")
-            separator = "" if language == "ja" else " "
-            truth[name] = {"language": language, "text": " ".join(texts) if separator else "".join(texts)}
+            truth[name] = {"language": language, "text": word_separator(language).join(texts)}
     return truth
 
 
@@ -179,7 +179,7 @@ def run_routing(routing: str, work: pathlib.Path, truth: dict[str, dict], audio_
     from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import gate
     from batch_assets.gpu.resources import GpuResource
-    from batch_assets.models.languages import parse_routing, word_separator
+    from batch_assets.models.languages import UNSPACED, parse_routing
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
     from batch_assets.switches import SWITCHES
@@ -242,7 +242,7 @@ def run_routing(routing: str, work: pathlib.Path, truth: dict[str, dict], audio_
         confidence = float(np.mean([rows[n]["language_confidence"] or 0.0 for n in names]))
         classes = sorted({rows[n]["result_class"] for n in names})
         heard = [n for n in names if rows[n]["result_class"] == "transcribed"]
-        score = jiwer.cer if word_separator(language) == "" else jiwer.wer  # Japanese: characters
+        score = jiwer.cer if language in UNSPACED else jiwer.wer  # Japanese: characters
         rate = score([truth[n]["text"] for n in heard], [rows[n]["text"] or "" for n in heard]) if heard else None
         report["per_language"][language] = {"units": len(names), "detected_right": right,
                                             "mean_confidence": confidence, "classes": classes,

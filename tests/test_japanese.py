@@ -11,11 +11,9 @@ import collections
 import dataclasses
 import json
 
-import jiwer
 import numpy as np
 import polars as pl
 import pytest
-import soundfile as sf
 import torch
 
 from batch_assets.gpu.asr import (
@@ -26,22 +24,15 @@ from batch_assets.gpu.asr import (
     transcribe_segments,
 )
 from batch_assets.gpu.levers import Levers
-from batch_assets.gpu.section import SectionUnit, device_work, host_work
-from batch_assets.gpu.section_stats import SectionStats
 from batch_assets.ingest.unit_language import DeclaredLanguage
 from batch_assets.models.languages import TINY_TDT_JA
 from batch_assets.models.production_shaped import PARAKEET_JA_SHAPED, SHAPED_ASR
 from batch_assets.schema.results import ResultClass
-from batch_assets.storage.resource import REPO_ROOT
+
+from .test_languages_partition import sample_flight, similarity
 
 CPU = torch.device("cpu")
 SIMILARITY_BAR = 0.5  # the issue's target: character similarity to the spoken kana (measured: docs/languages.md)
-THIRD = REPO_ROOT / "sample_data" / "audio" / "2026-01-17"
-
-
-def similarity(reference: str, hypothesis: str) -> float:
-    """Character similarity: 1 - the character error rate, floored at 0."""
-    return max(0.0, 1.0 - jiwer.cer(reference, hypothesis or "<empty>"))
 
 
 def test_builtin_japanese_model_hears_held_out_voices_and_its_words_are_tokens_with_times():
@@ -78,18 +69,9 @@ def test_builtin_japanese_model_hears_held_out_voices_and_its_words_are_tokens_w
 
 
 def _ja_flight(models, levers: Levers, with_japanese: bool = True):
-    """The first 12 s of the sample's Japanese call (declared, as a sidecar would) and English call (detected)."""
-    rels = ["calls/ja_call.wav", "calls/en_call.wav"]
-    audios = [sf.read(THIRD / rel, dtype="float32")[0][:16_000 * 12] for rel in rels]
-    offsets = np.cumsum([0] + [len(a) for a in audios])
-    languages = [DeclaredLanguage("ja", "sidecar"), None]
-    units = [SectionUnit(rel, int(o), len(a), **({"language": lang} if lang else {}))
-             for rel, o, a, lang in zip(rels, offsets, audios, languages, strict=False)]
-    if not with_japanese:
-        units = units[1:]
-    stats = SectionStats()
-    done = device_work(models, "f0", np.concatenate(audios), units, levers, stats)
-    return {o.unit_id: o for o in host_work(models, done, stats)}, stats
+    """The sample's Japanese call (declared, as a sidecar would) and English call (detected), as one flight."""
+    japanese = [("calls/ja_call.wav", DeclaredLanguage("ja", "sidecar"))] if with_japanese else []
+    return sample_flight(models, [*japanese, ("calls/en_call.wav", None)], levers)
 
 
 def _word_key(outcome) -> list[tuple]:

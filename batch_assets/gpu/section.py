@@ -47,7 +47,7 @@ from batch_assets.gpu.vad import VadResult, run_vad, run_vad_flight
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
-from batch_assets.models.languages import word_separator
+from batch_assets.models.languages import UNSPACED
 from batch_assets.schema.results import SILENT_REASON, ResultClass
 
 SAMPLE_RATE = 16_000
@@ -151,7 +151,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         for uid in model_units:
             segments.extend(speech_segments(uid, outcomes[uid].vad.regions, outcomes[uid].duration_s))
         model = asr_ready(models, name, levers.asr_cuda_graphs_enabled, stats)
-        unspaced = frozenset(uid for uid in model_units if word_separator(outcomes[uid].language) == "")
+        unspaced = frozenset(uid for uid in model_units if outcomes[uid].language in UNSPACED)
         started = time.perf_counter()
         with (asr_encoder_autocast(model, models.device, levers.half_precision_enabled),
               matmul_precision(models.device, levers.tf32_enabled)):
@@ -159,8 +159,9 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
                                                   segments, outcomes,
                                                   batch_size_for(models.device, levers.asr_batch_size),
                                                   levers.asr_cuda_graphs_enabled, stats, unspaced))
-        stats.add("asr", time.perf_counter() - started, 0.0)
-        stats.asr_seconds_by_model[name] += time.perf_counter() - started
+        asr_s = time.perf_counter() - started
+        stats.add("asr", asr_s, 0.0)
+        stats.asr_seconds_by_model[name] += asr_s
     return done
 
 

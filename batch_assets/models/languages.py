@@ -107,3 +107,8 @@ def run_language(value: str | None, routing: Mapping[str, str], where: str) -> s
 def word_separator(language: str | None) -> str:
     """What goes between two words of a transcript in `language`."""
     return "" if language in UNSPACED else " "
+
+
+def written(text: str, language: str | None) -> str:
+    """A sentence of words as `language` writes it: run together where it is written without spaces."""
+    return word_separator(language).join(text.split())

@@ -122,11 +122,11 @@ def _tokenizer_dir(shape: ShapedAsr) -> pathlib.Path:
     def build(folder: pathlib.Path) -> None:
         import numpy as np
 
-        from batch_assets.models.languages import word_separator
+        from batch_assets.models.languages import written
         from batch_assets.models.sentences import make_sentences
         from batch_assets.models.tdt_config import train_tokenizer
 
-        sentences = [word_separator(language).join(sentence.split()) for language in shape.languages
+        sentences = [written(sentence, language) for language in shape.languages
                      for sentence in make_sentences(6000, np.random.default_rng(SHAPED_SEED), language=language)]
         train_tokenizer(sentences, folder, shape.vocabulary)
 

@@ -5,9 +5,10 @@ utterance at a random rate and pitch, with light background noise and gain. The 
 disjoint by sentence (held-out sentences never appear in training), and one test split uses voices
 that training never heard. English, Spanish, German and Japanese each have their own voices (`VOICES`).
 
-A language written without spaces (Japanese: `languages.UNSPACED`) is transcribed without them (`written`): the
-sentence of words is spoken with its spaces or without them (seeded, half each: espeak-ng phrases the two
-differently, and a caller's text may come either way), and its transcript is the words run together.
+A language written without spaces (Japanese: `languages.UNSPACED`) is transcribed without them
+(`languages.written`): the sentence of words is spoken with its spaces or without them (seeded, half each:
+espeak-ng phrases the two differently, and a caller's text may come either way), and its transcript is the words
+run together.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import tempfile
 import numpy as np
 import soundfile as sf
 import soxr
+
+from batch_assets.models.languages import UNSPACED, word_separator, written
 
 RATE = 16_000
 TRAIN_ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en"]
@@ -77,13 +80,6 @@ def _synthesize(job: tuple[str, str, int, int, int, float]) -> Utterance:
     return Utterance(text, voice, audio.astype(np.float32))
 
 
-def written(text: str, language: str) -> str:
-    """A sentence of words as the language writes it: run together where it is written without spaces."""
-    from batch_assets.models.languages import word_separator
-
-    return word_separator(language).join(text.split())
-
-
 def synthesize(sentences: list[str], voices: list[str], seed: int, processes: int = 2,
                language: str = "en", pad_s: float = 0.0) -> list[Utterance]:
     """Each sentence spoken by one of `voices` (seeded); `pad_s`: up to that much quiet room (the background noise
@@ -96,7 +92,7 @@ def synthesize(sentences: list[str], voices: list[str], seed: int, processes: in
          seed * 100003 + i, pad_s)
         for i, text in enumerate(sentences)
     ]
-    unspaced = written("a b", language) == "ab"
+    unspaced = language in UNSPACED
     if unspaced:  # spoken with or without its spaces, half each (drawn after the voices: their draw is unchanged)
         jobs = [(written(text, language) if rng.random() < 0.5 else text, *rest) for text, *rest in jobs]
     with multiprocessing.Pool(processes) as pool:
@@ -110,8 +106,6 @@ def join_utterances(utterances: list[Utterance], most: int, seed: int, language:
     """Runs of 1 to `most` consecutive utterances, each run one utterance: the speech joined by pauses of 0.3-1.2 s
     of quiet room, the transcripts by the language's separator. What the section hands a model: VAD's regions
     merged across pauses into segments of up to 30 s, several turns each."""
-    from batch_assets.models.languages import word_separator
-
     rng = np.random.default_rng(seed)
     joined, i = [], 0
     while i < len(utterances):

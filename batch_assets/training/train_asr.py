@@ -4,7 +4,7 @@
 
 Seeded end to end. Steps: sentences of a language's common words (English by default; `--language es`, `de`
 or `ja` for Spanish, German or Japanese, in that language's espeak-ng voices; Japanese is kana, transcribed
-without spaces and scored by character error rate, `corpus.written`; disjoint train/val/test; with
+without spaces and scored by character error rate, `languages.written`; disjoint train/val/test; with
 `--grammar N` also N grammatical sentences from `grammar.py`, with their own val/test splits), espeak-ng
 speech (training voices; plus a test split in voices never heard in training), a sentencepiece BPE
 tokenizer trained on the training text (the production models' path, `EncDecRNNTBPEModel`, which also
@@ -25,10 +25,10 @@ import time
 import numpy as np
 import torch
 
-from batch_assets.models.languages import UNSPACED
+from batch_assets.models.languages import UNSPACED, written
 from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, make_sentences, mix_pseudo_words
 from batch_assets.models.tdt_config import DURATIONS, model_config, train_tokenizer
-from batch_assets.training.corpus import VOICES, join_utterances, synthesize, train_voices, written
+from batch_assets.training.corpus import VOICES, join_utterances, synthesize, train_voices
 from batch_assets.training.grammar import make_grammar_sentences
 from batch_assets.training.tdt_loss import tdt_loss
 
@@ -110,7 +110,7 @@ def main() -> None:
     metric = "cer" if args.language in UNSPACED else "wer"
     lang = args.language
 
-    def wer(model, utterances) -> float:  # the language's error rate
+    def error(model, utterances) -> float:  # the language's error rate: words, or characters
         return error_rate(model, utterances, metric=metric)
 
     train = (synthesize(train_s, voices, seed=args.seed * 10 + 1, language=lang, pad_s=args.pad)
@@ -148,7 +148,7 @@ def main() -> None:
     tokens = [model.tokenizer.text_to_ids(u.text) for u in train]
     best, best_state, history, step, epoch = float("inf"), None, [], 0, 0
     if args.init:  # the starting point is a candidate too
-        best = wer(model, val)
+        best = error(model, val)
         best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         print(json.dumps({"init": str(args.init), f"val_{metric}": best}), flush=True)
     train_started = time.time()
@@ -181,7 +181,7 @@ def main() -> None:
             optimizer.step()
             losses.append(loss.item())
             step += 1
-        val_wer = wer(model, val)
+        val_wer = error(model, val)
         history.append({"epoch": epoch, "step": step, "loss": float(np.mean(losses)) if losses else None,
                         f"val_{metric}": val_wer, "minutes": (time.time() - train_started) / 60})
         print(json.dumps(history[-1]), flush=True)
@@ -193,7 +193,8 @@ def main() -> None:
     report = {
         "parameters": params, "training_hours_of_audio": hours, "train_utterances": len(train_s),
         "train_minutes": (time.time() - train_started) / 60, "steps": step, "epochs": epoch,
-        f"val_{metric}": best, f"test_{metric}": wer(model, test), f"test_{metric}_unseen_voices": wer(model, unseen),
+        f"val_{metric}": best, f"test_{metric}": error(model, test),
+        f"test_{metric}_unseen_voices": error(model, unseen),
         "unseen_voices": held_out, "history": history, "seed": args.seed, "words": args.words,
         "language": args.language, "metric": metric, "pseudo_word_share": args.pseudo_words, "pad_s": args.pad,
         "joined_up_to": args.join,
@@ -201,7 +202,7 @@ def main() -> None:
         "grammar_train_utterances": len(g_train_s),
     }
     if g_test:  # the grammatical held-out split: sentences the grammar wrote that no stage trained on
-        report.update(test_wer_grammar=wer(model, g_test), test_wer_grammar_unseen_voices=wer(model, g_unseen))
+        report.update(test_wer_grammar=error(model, g_test), test_wer_grammar_unseen_voices=error(model, g_unseen))
     if args.init and args.init.with_suffix(".json").exists():  # the earlier stage's report, without its history
         earlier = json.loads(args.init.with_suffix(".json").read_text())
         report["earlier_stage"] = {k: v for k, v in earlier.items() if k != "history"}
