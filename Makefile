@@ -8,7 +8,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-resume bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-resume bench-signals bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -105,6 +105,10 @@ bench-shards: setup
 # a partition in 4 shards, uninterrupted and killed in its first shard: GPU steps per run, resumed wall time
 bench-resume: setup
 	$(PY) benchmarks/resume.py --json bench_out/resume.json
+
+# Ctrl-C (SIGINT to the group) on batch-assets run at 20 random moments, each followed by a run to success: ~20 min
+bench-signals: setup
+	$(PY) benchmarks/signals.py --tries 20 --json bench_out/signals.json
 
 # 0.5, 1, 2, 4 and 8 audio-hours as one unit each, builtin models on 2 CPU threads: about 40 minutes
 bench-long-units: setup

@@ -93,15 +93,15 @@ class Deployment:
                 else:
                     os.environ[key] = value
 
-    def start(self, **args) -> tuple[subprocess.Popen, pathlib.Path]:
-        """Launch one run as a process (`tests/driver.py`); returns it and its log. A re-execution takes its
-        parent's run config, executor config included."""
+    def start(self, env: dict[str, str] | None = None, **args) -> tuple[subprocess.Popen, pathlib.Path]:
+        """Launch one run as a process (`tests/driver.py`), with `env` over the deployment's variables (a redeploy);
+        returns it and its log. A re-execution takes its parent's run config, executor config included."""
         if self.execution is not None and not args.get("reexecute_from"):
             args["run_config"] = (args.get("run_config") or {}) | {"execution": self.execution}
         log = self.work / f"run-{time.monotonic_ns()}.log"
         process = subprocess.Popen([sys.executable, "-m", "tests.driver", json.dumps(args)], cwd=REPO_ROOT,
-                                   env=os.environ | self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   env=os.environ | self.env | (env or {}), stdout=log.open("w"),
+                                   stderr=subprocess.STDOUT, start_new_session=True)
         return process, log
 
     def run(self, timeout_s: float = 900, **args) -> dict:

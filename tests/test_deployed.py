@@ -23,9 +23,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from batch_assets.cli.run_output import RunWatcher
 from batch_assets.gpu.shard_work import read_planned_flights
 from batch_assets.gpu.shards import plan_shards
 from batch_assets.storage.resource import SAMPLE_PARTITION
+from batch_assets.switches import SWITCHES
 
 from . import deployments
 from .conftest import FLIGHTS_OF_ONE, SAMPLE_SOURCE, assert_same_results, tables_of
@@ -39,6 +41,7 @@ SHARDED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seco
 KILLED_SHARD_S = 75.0  # 4 shards: bar 9's case of issue 20 (a partition of 4 shards killed in its first)
 KILLED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": KILLED_SHARD_S}}}}
 GPU_ASSETS = ["vad_scores", "diarization", "transcripts"]
+EXACT_LEVER = next(s for s in SWITCHES if s.name == "host_overlap_enabled")
 
 
 @pytest.fixture(scope="module", params=["local", "s3-postgres"])
@@ -110,6 +113,18 @@ def test_the_sample_partition(deployment, flights_of_one):
           f"every unit a flight, 3 shards; {killed} killed with {len(kept)} of its flights committed, retried) in "
           f"{answer['wall_s']:.1f} s")
     assert_same_results(tables_of(flights_of_one), tables_of(deployment.storage))
+    # each GPU step logged a progress line per flight it committed, as `batch-assets run` prints them (replayed
+    # from the run's event log), the last ("n of n flights done") before the step's own line
+    lines: list[str] = []
+    with deployment.instance() as instance:
+        RunWatcher(instance, "", lines.append, run_id=answer["run_id"]).poll()
+    for i, flights in enumerate(shards):
+        key = f"gpu_section.gpu_shard[{P.replace('-', '')}_s{i:03d}]"
+        step = next(n for n, line in enumerate(lines) if line.split()[:2] == ["ok", key])  # its success
+        progress = [line for line in lines[:step] if f"progress: {P} shard {i}:" in line]
+        assert f"{len(flights)} of {len(flights)} flights done" in progress[-1], (progress, lines)
+        logged = [f for f in flights if any(f"({f} committed)" in line for line in progress)]
+        assert set(flights) - set(logged) <= set(kept), (flights, progress)  # the killed attempt's last may be lost
     meta = _metadata(deployment, answer["run_id"])
     assert meta["shards"].value >= 3
     assert meta["resumed_flights"].value == len(kept)  # the killed step's commits were not processed again
@@ -172,7 +187,8 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     assert 1 <= committed < 5, committed
     if deployment.name == "s3-postgres":  # the chart's instance relaunches it, as below
         assert _retried_by_the_instance(deployment, dead)
-    answer = deployment.run(reexecute_from=dead)
+    # re-executed after a redeploy that switched an exact lever off: it changes no result, so no commit is redone
+    answer = deployment.run(reexecute_from=dead, env={EXACT_LEVER.env_var: "false"})
     assert answer["success"], answer["log"].read_text()[-5000:]
     shards = plan_shards([(f.flight_id, f.audio_s) for f in read_planned_flights(deployment.storage, P)],
                          KILLED_SHARD_S)
@@ -188,6 +204,7 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     meta = _metadata(deployment, answer["run_id"])
     assert meta["shards"].value == 4 and meta["leftover_steps"].value == len(leftover)
     assert meta["resumed_flights"].value == committed  # committed flights were not processed again
+    assert meta["flights_redone"].value == 0 and not meta["flights_redone_why"].value
     assert meta["flights_finished_in_leftover_steps"].value == sum(len(shards[keys[k]]) for k in leftover)
     with deployment.instance() as instance:
         logs = "\n".join(e.user_message for e in instance.all_logs(answer["run_id"]))
@@ -286,3 +303,25 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
     assert same(units, new).select(keep).equals(
         same(whole["transcripts", "units"], "calls__2026__interview.ogg").select(keep))
     assert same(words, new).equals(same(whole["transcripts", "words"], "calls__2026__interview.ogg"))
+
+
+def test_a_resume_after_the_asr_routing_changed_redoes_every_commit(deployment):
+    """Issue 48: killed in its first shard, re-executed from failure after a redeploy changed the ASR routing
+    (BATCH_ASSETS_ASR_MODELS). Every commit made under the old routing is redone, never mixed in: the day is
+    published from one model, and the metadata says how many flights were redone and why."""
+    dead = deployment.kill_when(lambda: len(_commits(deployment, P2)) >= 1, partition=P2, run_config=KILLED)
+    committed = len(_commits(deployment, P2))
+    routing = "builtin,en=builtin:tiny-tdt-de"
+    answer = deployment.run(reexecute_from=dead, env={"BATCH_ASSETS_ASR_MODELS": routing})
+    assert answer["success"], answer["log"].read_text()[-5000:]
+    meta = _metadata(deployment, answer["run_id"], partition=P2)
+    assert meta["flights_redone"].value == committed and meta["resumed_flights"].value == 0
+    assert meta["flights_redone_why"].value == {"made under another deployment: asr en": committed}
+    units = tables_of(deployment.storage, P2)["transcripts", "units"]
+    assert units["asr_model"].drop_nulls().unique().to_list() == ["builtin:tiny-tdt-de"], units["asr_model"]
+    assert units["unit_id"].is_unique().all() and not units.filter(pl.col("result_class") == "failed").height
+    with deployment.instance() as instance:
+        logs = "\n".join(e.user_message for e in instance.all_logs(answer["run_id"]))
+    assert "made under another deployment (asr en: builtin:tiny-tdt (sha256 " in logs, logs[-3000:]
+    print(f"{deployment.name}: killed after {committed} of 5 flights committed; re-executed under {routing}: "
+          f"{meta['flights_redone'].value} redone, in {answer['wall_s']:.1f} s")

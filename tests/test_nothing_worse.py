@@ -29,6 +29,7 @@ from .conftest import FLIGHTS_OF_ONE, in_decoder_mode, make_resources, materiali
 from .partition_sources import SAMPLE
 from .s3_server import S3Server
 from .test_reliability import _failure_messages, _files
+from .test_shards import _identity
 
 COLD_DAY, FIRST_DAY = "2026-04-01", "2026-04-02"
 S3_KEYS = {"meetings/planning.mp3": "meetings/planning.mp3", "call::1.wav": "meetings/standup.wav"}
@@ -378,7 +379,7 @@ def test_a_holder_whose_lease_was_taken_over_writes_nothing_more(tmp_path):
             storage.replace_partition("transcripts", COLD_DAY, fence=paused.check) as out:
         out.write_parquet(pl.DataFrame({"unit_id": ["u"]}), "units")
     with pytest.raises(LeaseLost):
-        FlightCommits(storage, COLD_DAY, "run-a", fence=paused.check).commit("flight-0000", [], "fingerprint")
+        FlightCommits(storage, COLD_DAY, "run-a", _identity(), fence=paused.check).commit("flight-0000", [], "fp")
     assert not (tmp_path / "transcripts").exists() and not (tmp_path / "gpu_work").exists()
     taker.check()
 

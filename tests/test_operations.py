@@ -113,3 +113,37 @@ def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "one partition" in failure.event_specific_data.error.message
     assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in result.all_events)
+
+
+def test_progress_is_one_line_rewritten_on_a_terminal_and_a_line_each_elsewhere(tmp_path):
+    """What `batch-assets run` does with the GPU steps' progress lines (cli/run_output.py: Terminal), on a real
+    pseudo-terminal and on a file; the lines themselves come from gpu/progress.py."""
+    import os
+    import pty
+
+    from batch_assets.cli.run_output import Terminal
+    from batch_assets.gpu.progress import StepProgress
+
+    progress = StepProgress("2026-01-15 shard 0", planned_flights=3, planned_audio_s=3600.0, started=0.0)
+    progress.resumed(1, 1200.0)  # committed by an earlier attempt
+    first = progress.flight_done("flight-0001", 4, 1200.0, now=60.0)
+    assert first.startswith("progress: 2026-01-15 shard 0: 2 of 3 flights done (flight-0001 committed), 4 units, "
+                            "0.667 of 1.000 audio-h, 20.0 audio-h per hour, about 60 s left"), first
+    last = progress.flight_done("flight-0002", 2, 1200.0, now=120.0)
+    assert "3 of 3 flights done" in last and last.endswith("done")
+    leader, follower = pty.openpty()
+    with os.fdopen(follower, "w") as stream:
+        terminal = Terminal(stream)
+        terminal.status(first)
+        terminal.status(last)
+        terminal.line("  ok     gpu_section.gpu_shard")
+    shown = os.read(leader, 4096).decode()
+    os.close(leader)
+    assert terminal.live and shown == f"\r\x1b[K{first}\r\x1b[K{last}\r\x1b[K  ok     gpu_section.gpu_shard\r\n", shown
+    with (tmp_path / "out.txt").open("w") as stream:
+        terminal = Terminal(stream)
+        terminal.status(first)
+        terminal.status(last)
+        terminal.line("  ok     gpu_section.gpu_shard")
+    assert not terminal.live
+    assert (tmp_path / "out.txt").read_text() == f"{first}\n{last}\n  ok     gpu_section.gpu_shard\n"

@@ -4,9 +4,12 @@ processes killed for real, a real S3 API (moto) on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import pathlib
+import random
 import re
 import select
 import shutil
@@ -369,6 +372,62 @@ def test_sigterm_in_the_gpu_step_fails_the_run_and_frees_its_slot(tmp_path):
         time.sleep(0.5)
     left = subprocess.run(["ps", "-o", "pid,args", "-g", str(proc.pid)], capture_output=True, text=True).stdout
     assert not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout, left
+
+
+def _newest_lease(storage: pathlib.Path, partition: str) -> dict:
+    return json.loads(sorted((storage / ".leases" / partition).glob("gen-*.json"))[-1].read_text())
+
+
+@pytest.mark.e2e
+def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_and_the_next_run_starts_at_once(tmp_path):
+    """Issue 48: SIGINT to the command's process group (Ctrl-C in a terminal) at a random moment of the run ends it
+    within 30 s; a second SIGINT ends it at once (cli/stopping.py: its processes killed, the run canceled, its pool
+    slot and partition lease freed, nothing left running). The next run of the partition starts at once, prints
+    its GPU step's progress, and succeeds. benchmarks/signals.py runs the loop of tries."""
+    env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
+    storage = pathlib.Path(env["BATCH_ASSETS_STORAGE_URL"])
+    moment = random.uniform(0.0, 20.0)  # the run's first step to about its assembly, on this machine
+    print(f"SIGINT {moment:.1f} s after the first step started")
+    proc = _start_cli(env, tmp_path / "random.log")
+    _wait_for(tmp_path / "random.log", "STEP_START", proc)
+    time.sleep(moment)
+    sent = time.monotonic()
+    with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+        os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)
+    print(f"ended {time.monotonic() - sent:.1f} s after the signal, exit code {proc.returncode}")
+    twice = _start_cli(env, tmp_path / "twice.log")
+    _wait_for(tmp_path / "twice.log", GPU_STEP_STARTED, twice)
+    # the GPU step frozen (as a step whose interpreter hangs in its finalization): Dagster's own stop cannot end
+    started = next(line for line in (tmp_path / "twice.log").read_text().splitlines() if GPU_STEP_STARTED in line)
+    os.kill(int(started.split(" - ")[5]), signal.SIGSTOP)  # Dagster's log line: ... - run id - pid - step - ...
+    os.killpg(twice.pid, signal.SIGINT)
+    _wait_for(tmp_path / "twice.log", "SIGINT: stopping the run", twice, timeout=10)
+    os.killpg(twice.pid, signal.SIGINT)
+    sent = time.monotonic()
+    twice.wait(timeout=30)
+    stopped = time.monotonic() - sent
+    print(f"a second SIGINT: ended after {stopped:.1f} s")
+    text = (tmp_path / "twice.log").read_text()
+    assert stopped < 10 and twice.returncode == 130 and "a second signal: stopping the run now" in text, text[-3000:]
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        runs = instance.get_runs()
+        assert runs[0].status == dg.DagsterRunStatus.CANCELED
+        assert runs[1].is_finished  # failed or canceled (or, signalled after its end, succeeded)
+        assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
+    lease = _newest_lease(storage, PARTITION)
+    assert lease["holder"] != runs[0].run_id or lease["released"], lease
+    left = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(twice.pid)], capture_output=True, text=True)
+    assert all(line.split()[1].startswith("Z") for line in left.stdout.splitlines()), left.stdout  # dead, or gone
+    env.pop("PYTHONWARNINGS")
+    after = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert after.returncode == 0, after.stdout[-3000:]
+    lines = after.stdout.splitlines()
+    step = next(i for i, line in enumerate(lines) if re.search(r"ok\s+gpu_section\.gpu_shard", line))
+    assert any("progress: " in line and "1 of 1 flights done" in line for line in lines[:step]), after.stdout
+    log = pathlib.Path(re.search(r"event log and library warnings: (\S+)", after.stdout).group(1)).read_text()
+    assert "which is writing it" not in log and "blocked by limit for pool gpu" not in log
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -7,6 +7,7 @@ filesystem and over S3 (moto). The kill -9 and re-execution cases run end to end
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import signal
 import subprocess
@@ -189,11 +190,19 @@ def test_a_failed_renewal_is_retried_and_logged(tmp_path):
         assert "PermissionError" in logged[0]
 
 
+def _identity(**switches):
+    """The identity of the builtin routing's commits, with `switches` over every switch's default."""
+    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.switches import SWITCHES
+
+    return GpuResource().commit_identity({s.name: s.default for s in SWITCHES} | switches)
+
+
 def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
     from batch_assets.gpu.commits import FlightCommits
 
     storage = StorageResource(storage_url=str(tmp_path))
-    commits = FlightCommits(storage, P, "root-run")
+    commits = FlightCommits(storage, P, "root-run", _identity())
     assert commits.problem("flight-0000", "fp-a") == "not committed"
     # a flight whose units all failed upstream: empty fragments, still a commit
     record = commits.commit("flight-0000", [], "fp-a")
@@ -209,3 +218,44 @@ def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
     assert commits.problem("flight-0000", "fp-a") == "not committed"
     with pytest.raises(RuntimeError, match="no valid commit"):
         commits.tables({"flight-0000": "fp-a"})
+
+
+def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path):
+    """What a resume after a redeploy compares (gpu/commit_identity.py): a model (by name, or by the checksum of its
+    file at the same path), a result-changing switch, the schema or package version; never an exact lever."""
+    from batch_assets.gpu.commit_identity import RESULT_SWITCHES, CommitIdentity
+    from batch_assets.gpu.commits import FlightCommits, why_kind
+    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.models.builtin import TDT_WEIGHTS
+    from batch_assets.switches import EXACT_SWITCHES
+
+    storage = StorageResource(storage_url=str(tmp_path))
+    friday = _identity()
+    FlightCommits(storage, P, "root-run", friday).commit("flight-0000", [], "fp")
+    judged = lambda identity: FlightCommits(storage, P, "root-run", identity).problem("flight-0000", "fp")  # noqa: E731
+    assert judged(_identity(**{name: False for name in EXACT_SWITCHES})) is None  # exact levers: reused
+    assert judged(friday) is None
+    copy = tmp_path / "models" / "tiny-tdt.nemo"  # the same model under another name
+    copy.parent.mkdir()
+    copy.write_bytes(TDT_WEIGHTS.read_bytes())
+    switches = {s: False for s in RESULT_SWITCHES}
+    why = judged(GpuResource(asr_model=str(copy)).commit_identity(switches))
+    assert why.startswith("made under another deployment (asr en: builtin:tiny-tdt (sha256 ") and str(copy) in why
+    assert why_kind(why) == "made under another deployment: asr en"
+    FlightCommits(storage, P, "root-run", GpuResource(asr_model=str(copy)).commit_identity(switches)).commit(
+        "flight-0000", [], "fp")
+    copy.write_bytes(copy.read_bytes()[:-1] + b"x")  # retrained or replaced in place: same path, other bytes
+    os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 10**9))  # a coarse clock: still newer
+    changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches))
+    assert changed is not None and why_kind(changed) == "made under another deployment: asr en"
+    other = GpuResource(asr_model=str(copy)).commit_identity(switches)
+    FlightCommits(storage, P, "root-run", other).commit("flight-0000", [], "fp")
+    for field, value in (("schema_version", "older"), ("package_version", "0.0.1"), ("word_confidence", False)):
+        changed = judged(CommitIdentity(**{**vars(other), field: value}))
+        assert changed is not None and field.replace("_", " ") in changed, changed
+    changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches | {"tf32_enabled": True}))
+    assert why_kind(changed) == "made under another deployment: tf32_enabled"
+    # a commit from before commits recorded their identity
+    record = tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json"
+    record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "identity"}))
+    assert "records no identity" in judged(other)

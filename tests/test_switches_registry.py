@@ -40,6 +40,19 @@ def test_run_config_has_exactly_the_registry_switches_with_its_descriptions():
         assert switch.helm_value == str(switch.default).lower()
 
 
+def test_the_result_changing_switches_are_the_ones_every_commit_judging_step_reads():
+    """A flight's commit records the result-changing switches (gpu/commit_identity.py); the leftover listing and
+    the assembly read them from ResultSwitchConfig, the shard steps from LeverConfig."""
+    from batch_assets.gpu.commit_identity import RESULT_SWITCHES
+    from batch_assets.gpu.run_config import AssembleConfig, ExactLeverConfig, ListConfig, ResultSwitchConfig
+    from batch_assets.switches import EXACT_SWITCHES
+
+    assert list(ResultSwitchConfig.model_fields) == list(RESULT_SWITCHES)
+    assert list(ExactLeverConfig.model_fields) == list(EXACT_SWITCHES)
+    for config in (ListConfig, AssembleConfig):
+        assert set(RESULT_SWITCHES) <= set(config.model_fields) and not set(EXACT_SWITCHES) & set(config.model_fields)
+
+
 def test_the_typed_core_has_a_lever_per_switch():
     bools = [f.name for f in dataclasses.fields(Levers) if f.type in (bool, "bool")]
     assert bools == NAMES

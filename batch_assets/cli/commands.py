@@ -7,7 +7,8 @@ Runs on the embedded default: local files (the bundled sample partition unless
 BATCH_ASSETS_SOURCE_URL says otherwise), the SQLite instance under `dagster_home/` (so the runs show up
 in `dagster dev` afterwards), and the offline builtin models. The job runs on the instance with its
 own executor (one process per step), tags and checks, exactly as the schedule or a UI launch runs it.
-Before it launches, runs of this instance whose processes died are failed and their gpu slots freed.
+Before it launches, runs of this instance whose processes died are failed and their gpu slots freed. Ctrl-C
+(or SIGTERM) ends a run within 30 s, a second Ctrl-C at once, with nothing left held (`cli/stopping.py`).
 """
 
 from __future__ import annotations
@@ -16,46 +17,24 @@ import argparse
 import contextlib
 import os
 import pathlib
+import signal
 import sys
 import time
 import uuid
 
 from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
+from batch_assets.cli.stopping import StopGuard, free_finished_run, stop_run
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 
-def _summary(storage, partition: str) -> str:
-    import polars as pl
-
-    units = storage.read_parquet("transcripts", partition, "units")
-    words = storage.read_parquet("transcripts", partition, "words")
-    lines = [f"partition {partition}: {len(units)} units, {len(words)} words"]
-    for row in units.sort("unit_id").iter_rows(named=True):
-        duration = f"{row['duration_s']:.1f}s" if row["duration_s"] is not None else "-"
-        speakers = row["num_speakers"] if row["num_speakers"] is not None else "-"
-        text = (row["text"] or row["reason"] or "")[:70]
-        language = row.get("language") or "-"
-        lines.append(f"  {row['unit_id'][:40]:40s} {row['result_class']:20s} {duration:>7s} lang={language:<3s}"
-                     f"spk={speakers} words={row['num_words']:<4d} {text}")
-    by_class = units.group_by("result_class").len().sort("result_class")
-    lines.append("  by class: " + ", ".join(f"{r['result_class']}={r['len']}" for r in by_class.iter_rows(named=True)))
-    first = words.filter(pl.col("unit_id") == words["unit_id"][0]).head(12) if len(words) else words
-    if len(first):
-        lines.append(f"  first words of {first['unit_id'][0]}: " + " ".join(
-            f"[{r['speaker']} {r['start_s']:.2f}] {r['word']}" for r in first.iter_rows(named=True)))
-    lines.append(f"  tables under {storage.storage_url}/"
-                 f"{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/, "
-                 f"files under {storage.output_url('transcript_exports', partition)}/")
-    return "\n".join(lines)
-
-
 @contextlib.contextmanager
 def console(verbose: bool, log_dir: pathlib.Path):
-    """(emit, log path): `emit` prints to the terminal. Unless `verbose`, everything else this process and the
-    run's step processes write (Dagster's event log, library warnings) goes to the log file instead."""
+    """(terminal, log path): `terminal` (`run_output.Terminal`) prints to the terminal. Unless `verbose`, everything
+    else this process and the run's step processes write (Dagster's event log, library warnings) goes to the log
+    file instead."""
     sys.stdout.flush()
     sys.stderr.flush()
     terminal = os.fdopen(os.dup(1), "w", buffering=1)
@@ -69,7 +48,9 @@ def console(verbose: bool, log_dir: pathlib.Path):
         os.dup2(log.fileno(), 2)
         log.close()
     try:
-        yield (lambda line: print(line, file=terminal, flush=True)), path
+        from batch_assets.cli.run_output import Terminal
+
+        yield Terminal(terminal, live=None if not verbose else False), path  # verbose: Dagster writes there too
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -86,13 +67,15 @@ GPU_AND_EXPORTS = ("vad_scores", "diarization", "transcripts", "transcript_expor
 def run(partition: str, last: str | None = None, run_config: dict | None = None, verbose: bool = False,
         units: list[str] | None = None) -> int:
     """Run `transcribe_partition` for one partition, or (with `last`) every partition from `partition` to
-    `last` in one run, as a backfill run does: the models are loaded once for all of them. Prints one line per
-    step, the checks and a summary; the event log goes to a file under $DAGSTER_HOME/logs (`verbose`: live).
-    `units`: rerun only these units of the partition (the GPU assets and the exports; other units' rows kept)."""
+    `last` in one run, as a backfill run does: the models are loaded once for all of them. Prints each GPU
+    step's progress (a line per committed flight), one line per step, the checks and a summary; the event log
+    goes to a file under $DAGSTER_HOME/logs (`verbose`: live). `units`: rerun only these units of the partition
+    (the GPU assets and the exports; other units' rows kept). SIGINT or SIGTERM ends it within 30 s, a second at
+    once (`cli/stopping.py`): 130 or 143 is returned."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
-    from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, failure_text
+    from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, failure_text, partition_summary
     from batch_assets.definitions import storage_from_env
     from batch_assets.orchestration.dead_runs import free_dead_runs
     from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key, daily_partitions
@@ -119,18 +102,28 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     free_dead_runs(instance, lambda message: print(f"batch-assets: {message}", file=sys.stderr))
     storage = storage_from_env()
     days = partition if last is None else f"{partition} to {last}"
-    with console(verbose, pathlib.Path(os.environ["DAGSTER_HOME"]) / "logs") as (emit, log_path):
+    with console(verbose, pathlib.Path(os.environ["DAGSTER_HOME"]) / "logs") as (terminal, log_path):
+        emit = terminal.line
         emit(f"batch-assets: transcribe_partition for {days}: {storage.source_url} -> {storage.storage_url}")
         if log_path:
             emit(f"batch-assets: Dagster's event log and library warnings: {log_path} (--verbose shows them here)")
-        watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit).start()
+        watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit, terminal.status).start()
+        guard = StopGuard(lambda name: stop_run(tags[LAUNCH_TAG], partitions, storage, name, emit), emit)
         started = time.perf_counter()
         try:
-            result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags,
-                                    run_config=run_config,
-                                    asset_selection=[dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None)
+            with guard.watching():
+                result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags,
+                                        run_config=run_config,
+                                        asset_selection=[dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None)
+        except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):  # Dagster stopped the run its own way
+            watcher.stop()
+            emit(failure_text(watcher, str(log_path) if log_path else None, "stopped"))
+            return 128 + (guard.signals or [signal.SIGINT])[0]
         finally:
             watcher.stop()
+            if freed := free_finished_run(instance, tags[LAUNCH_TAG]):
+                emit(f"batch-assets: freed {freed} gpu pool slot(s) the ended run still claimed (a step stopped "
+                     "before it reported its end)")
         wall_s = time.perf_counter() - started
         if watcher.checks:
             emit("checks:")
@@ -138,9 +131,9 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
                 emit(check.text())
         if not result.success:
             emit(failure_text(watcher, str(log_path) if log_path else None))
-            return 1
+            return 128 + guard.signals[0] if guard.signals else 1  # stopped by a signal: the shell's convention
         for key in partitions:
-            emit(_summary(storage, key))
+            emit(partition_summary(storage, key))
         gpu = watcher.materialized.get("transcripts", {})
         models = gpu.get("models") or {}
         routing = ", ".join(f"{lang}={model}" for lang, model in (models.get("asr") or {}).items()) or "?"

@@ -18,7 +18,13 @@ from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.resume import plan_fingerprint
 from batch_assets.gpu.run_config import AssembleConfig, run_hints, unit_speaker_hints
 from batch_assets.gpu.shard_values import ShardReport
-from batch_assets.gpu.shard_work import assembled_from, read_planned_flights, root_run_id, selected_units
+from batch_assets.gpu.shard_work import (
+    assembled_from,
+    read_planned_flights,
+    root_run_id,
+    run_switches,
+    selected_units,
+)
 from batch_assets.gpu.tables import TABLE_SCHEMAS, keep_other_units, tables_to_keep, transcript_tables
 from batch_assets.long_units.stitching import stitch
 from batch_assets.long_units.windows import window_pieces
@@ -59,7 +65,8 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen)
-    commits = FlightCommits(storage, partition, root_run_id(context), fence=lease.check)
+    commits = FlightCommits(storage, partition, root_run_id(context), gpu.commit_identity(run_switches(config)),
+                            fence=lease.check)
     if (done := assembled_from(commits, planned)) is not None:
         context.log.info(f"{partition}: already assembled from this plan by run {done['run_id']} of "
                          "this run's lineage: kept as written")
@@ -72,8 +79,10 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         raise dg.Failure(
             f"{partition}: {len(problems)} of {len(planned)} planned flights have no valid commit ({shown}); nothing "
             "was written. Their GPU steps did not run in this run (a re-execution from failure reruns only the "
-            "leftover steps that had started): re-execute the run with all steps (its valid commits are kept), or "
-            "rerun the partition.", metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
+            "leftover steps that had started), or their commits were made under another deployment than this "
+            "step's (a redeploy between the GPU steps and the assembly): re-execute the run with all steps (its "
+            "valid commits are kept), or rerun the partition.",
+            metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
     previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
     fragments = commits.fragments(flight_ids)  # every one validated above

@@ -122,8 +122,9 @@ def gpu_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
 
 @dg.op(ins={"shards_done": dg.In(dg.Nothing)}, out=dg.DynamicOut(ShardSpec, io_manager_key=GPU_IO),
        description="List the planned flights the shard steps left without a commit, a leftover GPU step per shard")
-def list_leftover_flights(context: dg.OpExecutionContext, config: ListConfig, storage: StorageResource):
-    for spec in leftover_specs(context, config, storage):
+def list_leftover_flights(context: dg.OpExecutionContext, config: ListConfig, storage: StorageResource,
+                          gpu: GpuResource):
+    for spec in leftover_specs(context, config, storage, gpu):  # gpu: the models' identity, nothing loaded
         yield dg.DynamicOutput(spec, mapping_key=shard_mapping_key(spec.partition, spec.shard))
 
 

@@ -9,10 +9,14 @@ Layout (through `StorageResource`, so S3 works), per partition and root run:
 plus the flight's VAD score arrays, written straight to where the final `vad_scores` table will point
 (`vad_scores/{partition}/scores/{root_run_id}/{unit_id}.npy`), and last a commit record
 `{flight_id}.commit.json` listing every file with its size and the flight's fingerprint (`gpu/resume.py`).
+The record also holds the deployment identity it was made under (`gpu/commit_identity.py`: the tables' schema
+version, the package version, each model's name and checksum, the result-changing switches).
 A flight counts as committed only when its record exists, names the fingerprint the current plan gives the
-flight, and every file it lists has that size: a commit cut off halfway (a kill between two writes), or one
-made for another plan (`prepared_flights` rematerialized in between), is detected and the flight is processed
-again, overwriting its fragments, so no row is ever written twice and two plans never mix. The final tables
+flight and the identity the judging step runs under, and every file it lists has that size: a commit cut off
+halfway (a kill between two writes), one made for another plan (`prepared_flights` rematerialized in between)
+or one made under another deployment (a resume after a redeploy changed a model, a switch's default, the
+schemas or the package) is detected and the flight is processed again, overwriting its fragments, so no row is
+ever written twice and two plans or two deployments never mix. The final tables
 are assembled from the commits (`tables`); then `mark_assembled` records that this root run wrote the
 partition (`{root_run_id}.assembled.json`, so that a re-execution of a run that failed later, e.g. on a
 backfill's next partition, does not redo it) and `discard` removes every other file of the partition's work
@@ -26,6 +30,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from batch_assets.gpu.commit_identity import CommitIdentity
 from batch_assets.gpu.tables import (
     OUTCOMES_SCHEMA,
     REGIONS_SCHEMA,
@@ -44,13 +49,29 @@ FRAGMENTS = {"vad_units": VAD_UNITS_SCHEMA, "regions": REGIONS_SCHEMA, "turns": 
              "speakers": SPEAKERS_SCHEMA, "outcomes": OUTCOMES_SCHEMA, "words": WORDS_SCHEMA}
 
 
-class FlightCommits:
-    """The committed flights of one partition under one root run."""
+NOT_COMMITTED = "not committed"
+ANOTHER_DEPLOYMENT = "made under another deployment"
 
-    def __init__(self, storage, partition: str, root_run_id: str, fence: Callable[[], None] = lambda: None):
-        """`fence`: raises unless this run still holds the partition's lease (`PartitionLease.check`); called before
-        every commit, marker and removal."""
+
+def why_kind(why: str) -> str:
+    """A redo reason without its particulars, for counting: "committed for another plan", "commit cut off", or
+    "made under another deployment: asr en, tf32_enabled" (what differed, without the values)."""
+    if why.startswith(ANOTHER_DEPLOYMENT):
+        differences = why[len(ANOTHER_DEPLOYMENT) + 2:-1].split("; ")
+        return f"{ANOTHER_DEPLOYMENT}: " + ", ".join(d.split(":")[0] for d in differences)
+    return why.split(" (")[0]
+
+
+class FlightCommits:
+    """The committed flights of one partition under one root run, made under one deployment identity."""
+
+    def __init__(self, storage, partition: str, root_run_id: str, identity: CommitIdentity,
+                 fence: Callable[[], None] = lambda: None):
+        """`identity`: what this step's commits record and what a commit must have recorded to count
+        (`gpu/commit_identity.py`). `fence`: raises unless this run still holds the partition's lease
+        (`PartitionLease.check`); called before every commit, marker and removal."""
         self.storage, self.partition, self.root_run_id, self.fence = storage, partition, root_run_id, fence
+        self.identity = identity
 
     def _url(self, *name: str) -> str:
         return self.storage.output_url(WORK_ASSET, self.partition, self.root_run_id, *name)
@@ -69,10 +90,12 @@ class FlightCommits:
         """Why the flight has no valid commit for `fingerprint` (None: it has one, whole, for that plan)."""
         record = self._record(flight_id)
         if record is None:
-            return "not committed"
+            return NOT_COMMITTED
         if record.get("fingerprint") != fingerprint:
             return (f"committed for another plan (units, durations or audio checksums differ: fingerprint "
                     f"{record.get('fingerprint')} vs {fingerprint} now)")
+        if differences := self.identity.differences(record.get("identity")):
+            return f"{ANOTHER_DEPLOYMENT} ({'; '.join(differences)})"
         for url, size in record["files"].items():
             fs, path = self.storage.filesystem(url)
             try:
@@ -103,8 +126,8 @@ class FlightCommits:
         for name, frame in frames.items():
             track(self.storage.write_parquet(frame, WORK_ASSET, self.partition,
                                              f"{self.root_run_id}/{flight_id}/{name}"))
-        record = {"flight_id": flight_id, "fingerprint": fingerprint, "units": units["unit_id"].to_list(),
-                  "files": files}
+        record = {"flight_id": flight_id, "fingerprint": fingerprint, "identity": self.identity.to_json(),
+                  "units": units["unit_id"].to_list(), "files": files}
         self.fence()
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record
@@ -130,8 +153,7 @@ class FlightCommits:
             for name in FRAGMENTS:
                 parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition,
                                                              f"{self.root_run_id}/{flight_id}/{name}"))
-        # diagonal, on the schema's empty frame: a flight committed before a column was added (a run resumed
-        # across a deploy) gets nulls in it rather than failing the assembly
+        # diagonal, on the schema's empty frame: every fragment comes out with the schema's columns in its order
         return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal")
                       .select(list(FRAGMENTS[name])) for name, frames in parts.items()}
 

@@ -11,6 +11,7 @@ import dagster as dg
 import polars as pl
 
 from batch_assets.exports import transcript_text
+from batch_assets.gpu.commits import why_kind
 from batch_assets.gpu.resources import GpuResource
 from batch_assets.gpu.shard_values import ShardReport
 from batch_assets.gpu.tables import TABLE_SCHEMAS
@@ -64,6 +65,7 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
     entered = [r.section["entered_unix"] for r in ran]
     exited = [r.section["exited_unix"] for r in ran]
     loads = [r.model_load_seconds for r in ran]
+    redone = {f: why for r in reports if r.run_id == run_id for f, why in r.redone.items()}
     section = {  # the GPU work's report, once (on transcripts, the asset analysts open)
         "shards": max((r.shards for r in reports if not r.leftover), default=1),  # as planned
         # GPU steps of their own for the flights no shard step of the run processed (a re-execution's shards
@@ -74,6 +76,9 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         # flights whose commits this run reused: every flight of the work but those this run's own steps processed
         "resumed_flights": len({f for r in reports for f in r.flights})
         - sum(len(r.processed_flights) for r in reports if r.run_id == run_id),
+        # flights whose commit this run found but could not use, processed again, and why, counted by reason
+        "flights_redone": len(redone),
+        "flights_redone_why": dict(collections.Counter(why_kind(why) for why in redone.values())),
         "section_seconds": round(section_s, 3),
         "lock_wait_seconds": round(_sum(reports, "lock_wait_seconds"), 3),
         "section_entered": dg.MetadataValue.timestamp(min(entered)) if entered else "not entered (nothing to process)",

@@ -10,11 +10,12 @@ no longer be trusted to produce results identical to the baseline.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from batch_assets.gpu.commit_identity import CommitIdentity, commit_identity
 from batch_assets.gpu.loaded import LoadedModels
 from batch_assets.gpu.lock import DEFAULT_LOCK_DIR, device_section
 from batch_assets.models.languages import DEFAULT_ROUTING, PRESETS, TINY_LANGID, with_english
@@ -78,6 +79,12 @@ class GpuResource(dg.ConfigurableResource):
     def routing(self) -> dict[str, str]:
         """Language -> ASR model: `asr_models`, its `en` entry replaced by `asr_model` when that is set."""
         return with_english(self.asr_models, self.asr_model)
+
+    def commit_identity(self, switches: Mapping[str, bool]) -> CommitIdentity:
+        """What a flight committed under these models and `switches` (the step's run config) records, and what a
+        resume compares (`gpu/commit_identity.py`); reads the models' local files, loads nothing."""
+        return commit_identity(self.routing(), self.language_id_model, self.diarization_pipeline, switches,
+                               self.word_confidence)
 
     def _resolve_device(self):
         import torch

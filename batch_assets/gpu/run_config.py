@@ -28,8 +28,18 @@ def _switch_field(name: str):
                  description=f"{switch.description} (env default {switch.env_var})")
 
 
-class LeverConfig(dg.Config):
-    """The speed levers, each a kill switch (`batch_assets/switches.py`; env defaults read at load)."""
+class ResultSwitchConfig(dg.Config):
+    """The switches that change results (kinds "numbers" and "approximate"): every step that judges a flight's
+    commit reads them (`gpu/commit_identity.py`)."""
+
+    half_precision_enabled: bool = _switch_field("half_precision_enabled")
+    tf32_enabled: bool = _switch_field("tf32_enabled")
+    embedding_trunk_blocks_enabled: bool = _switch_field("embedding_trunk_blocks_enabled")
+    embedding_skip_covered_enabled: bool = _switch_field("embedding_skip_covered_enabled")
+
+
+class ExactLeverConfig(dg.Config):
+    """The exact levers (kind "exact": they change no result)."""
 
     prepare_flight_enabled: bool = _switch_field("prepare_flight_enabled")
     vad_segmentation_reuse_enabled: bool = _switch_field("vad_segmentation_reuse_enabled")
@@ -37,10 +47,11 @@ class LeverConfig(dg.Config):
     embedding_shared_trunk_enabled: bool = _switch_field("embedding_shared_trunk_enabled")
     batch_across_units_enabled: bool = _switch_field("batch_across_units_enabled")
     host_overlap_enabled: bool = _switch_field("host_overlap_enabled")
-    half_precision_enabled: bool = _switch_field("half_precision_enabled")
-    tf32_enabled: bool = _switch_field("tf32_enabled")
-    embedding_trunk_blocks_enabled: bool = _switch_field("embedding_trunk_blocks_enabled")
-    embedding_skip_covered_enabled: bool = _switch_field("embedding_skip_covered_enabled")
+
+
+class LeverConfig(ResultSwitchConfig, ExactLeverConfig):  # fields in the registry's order: the exact ones first
+    """The speed levers, each a kill switch (`batch_assets/switches.py`; env defaults read at load)."""
+
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
     prepare_workers: int = Field(default=2, ge=1, description="Flights prepared concurrently (within the budget "
                                  "ahead; with prepare_flight_enabled)")
@@ -123,15 +134,17 @@ class LinkConfig(dg.Config):
         "are one voice (`batch_assets/long_units/windows.py`)")
 
 
-class AssembleConfig(HintsConfig, DegradeConfig, LinkConfig, LeaseConfig):
-    """The assembly's config: the run's hints (the units table's hint columns, the stitching), the `units` of a
-    rerun, the degrade guard, speaker linking, the lease wait."""
+class AssembleConfig(ResultSwitchConfig, HintsConfig, DegradeConfig, LinkConfig, LeaseConfig):
+    """The assembly's config: the result-changing switches (which commits it may assemble), the run's hints (the
+    units table's hint columns, the stitching), the `units` of a rerun, the degrade guard, speaker linking, the
+    lease wait."""
 
     units: list[str] = units_field()
 
 
-class ListConfig(dg.Config):
-    """The leftover listing's config: the `units` of a rerun and the shard size (leftovers grouped by shard)."""
+class ListConfig(ResultSwitchConfig):
+    """The leftover listing's config: the result-changing switches (which commits are valid), the `units` of a
+    rerun and the shard size (leftovers grouped by shard)."""
 
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(

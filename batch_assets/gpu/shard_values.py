@@ -62,6 +62,8 @@ class ShardReport:
     step_peak_rss_mib: float | None = None
     device: str | None = None
     leftover: bool = False  # a leftover step's report (flights no shard step of the run committed)
+    # owned flights whose commit was found but not valid (another plan, another deployment, cut off): flight -> why
+    redone: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardReport:

@@ -2,9 +2,10 @@
 
 `run_shard` is the body of the `gpu_shard` and `gpu_leftover` ops (`gpu/assets.py`): it takes the partition's
 lease, works out the flights it owns (a shard step: its shard's; a leftover step: those left in its shard and
-those of leftover steps a re-execution does not rerun: `gpu/resume.py`), skips flights with a valid commit,
-runs the rest through the typed runner (`gpu/runner.py`) inside the device lock, committing each
-(`gpu/commits.py`), and returns a `ShardReport`.
+those of leftover steps a re-execution does not rerun: `gpu/resume.py`), skips flights with a valid commit
+(made for this plan under this deployment: `gpu/commit_identity.py`), runs the rest through the typed runner
+(`gpu/runner.py`) inside the device lock, committing each (`gpu/commits.py`) and logging a progress line per
+commit (`gpu/progress.py`), and returns a `ShardReport`.
 """
 
 import collections
@@ -15,7 +16,8 @@ from collections.abc import Iterable
 import dagster as dg
 import polars as pl
 
-from batch_assets.gpu.commits import FlightCommits
+from batch_assets.gpu.commits import NOT_COMMITTED, FlightCommits
+from batch_assets.gpu.progress import StepProgress
 from batch_assets.gpu.resources import GpuResource, quarantine
 from batch_assets.gpu.resume import PlannedFlight, executing_shards, owned_flights, plan_fingerprint, planned_flights
 from batch_assets.gpu.run_config import (
@@ -72,7 +74,7 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard.partition, root_run_id(context)
     lease = partition_lease(context, storage, partition)
-    commits = FlightCommits(storage, partition, root, fence=lease.check)
+    commits = FlightCommits(storage, partition, root, gpu.commit_identity(run_switches(config)), fence=lease.check)
     with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release=False,
                                         release_on_error=False):  # siblings work
         planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
@@ -92,10 +94,16 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
         report = ShardReport(partition, shard.shard, shard.shards, owned, shard.units,
                              audio_s=round(sum(planned[f].audio_s for f in owned), 3),
                              taken_over=[f for f in owned if f not in shard.flights],
-                             resumed_flights=[f for f in owned if f not in problems], leftover=leftover)
+                             resumed_flights=[f for f in owned if f not in problems], leftover=leftover,
+                             redone={f: why for f, why in problems.items() if why != NOT_COMMITTED})
         log_resume(context, report, problems, root, idle)
         return process_flights(context, config, storage, gpu, lease, commits, report, planned,
                                [f for f in owned if f in problems], stops)
+
+
+def run_switches(config) -> dict[str, bool]:
+    """Every switch the step's config holds, as it runs it (a listing or assembly step: the result-changing ones)."""
+    return {s.name: getattr(config, s.name) for s in SWITCHES if hasattr(config, s.name)}
 
 
 def step_name(shard: int, leftover: bool) -> str:
@@ -120,7 +128,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     from batch_assets.gpu.runner import FlightWork, run_section
     from batch_assets.gpu.section import SectionUnit
 
-    switches = {s.name: getattr(config, s.name) for s in SWITCHES}
+    switches = run_switches(config)
     report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
     if not pending:
         return report
@@ -145,13 +153,20 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, fetch_workers=config.fetch_workers,
                     asr_batch_size=gpu.asr_batch_size)
+    progress = StepProgress(f"{report.partition} {step_name(report.shard, report.leftover)}", len(report.flights),
+                            report.audio_s)
+    progress.resumed(len(report.flights) - len(pending), sum(planned[f].audio_s for f in report.resumed_flights))
+
+    def commit(flight_id: str, outcomes: list) -> None:
+        commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
+        context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
+
     try:
         section = run_section(
             models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
             load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, spans[flight_id],
                                                        levers.unit_fetch_workers),
-            commit=lambda flight_id, outcomes: commits.commit(flight_id, outcomes, planned[flight_id].fingerprint),
-            section=gpu.section(), checkpoint=stops.checkpoint,
+            commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
         )
     except DeviceFault as error:
         quarantine(str(error))
@@ -194,5 +209,5 @@ def log_resume(context, report: ShardReport, problems: dict[str, str], root: str
         context.log.warning(f"{partition} {step}: resuming run {root}: {len(report.resumed_flights)} flight(s) "
                             f"already committed, {len(problems)} to process")
     for flight_id, why in problems.items():
-        if why != "not committed":
+        if why != NOT_COMMITTED:
             context.log.warning(f"{partition} {step}: redoing {flight_id}: {why}")

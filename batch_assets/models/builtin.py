@@ -191,6 +191,18 @@ def diarization_params() -> dict:
     return DIARIZATION_PARAMS
 
 
+def shipped_files(name: str) -> list[pathlib.Path]:
+    """The files in the repo a builtin is made from (its trained weights; none before training), without building
+    it or importing a model library: what identifies it in a flight's commit (`models/identity.py`)."""
+    files = {TINY_TDT: [TDT_WEIGHTS], TINY_LANGID: [LANGID_WEIGHTS],
+             TINY_DIARIZATION: [SEGMENTATION_WEIGHTS, EMBEDDING_WEIGHTS, PLDA_DIR / "plda.npz",
+                                PLDA_DIR / "xvec_transform.npz", DIARIZATION_REPORT]}
+    files |= {language_name: [path] for language_name, path in LANGUAGE_TDT_WEIGHTS.items()}
+    if name not in files:
+        raise ValueError(f"unknown builtin model {name!r}; known: {sorted(files)}")
+    return [path for path in files[name] if path.exists()]
+
+
 def resolve(name: str) -> pathlib.Path:
     builders = {TINY_TDT: tiny_tdt_path, TINY_DIARIZATION: tiny_diarization_path, TINY_LANGID: tiny_langid_path}
     builders |= {language_name: functools.partial(language_tdt_path, language_name)

@@ -1,0 +1,192 @@
+"""Ctrl-C that always returns: `batch-assets run` ends within `GRACE_S` + a few seconds of SIGINT or SIGTERM.
+
+Why: the command runs the job in its own process (`dg.execute_job`, Dagster's multiprocess executor: this
+process coordinates, one child process per step). On SIGINT or SIGTERM, Dagster's executor sets each live
+step's termination event and waits for the steps to end. Measured (Dagster 1.13.27): that `term_event.set()`
+can block for ever, on the event's lock, a semaphore shared with the step's child process, held by the child's
+termination-handler thread, a daemon thread frozen while the child's interpreter finalized. A clean-clone CI
+run once found the command still alive 19 minutes after SIGTERM to its process group; Ctrl-C in a terminal
+sends exactly that, SIGINT to the foreground group.
+
+So a `StopGuard` watches for the signals beside Dagster (through `signal.set_wakeup_fd`, which every Python-level
+handler feeds, Dagster's included, so no handler is replaced) on a thread of its own. The first signal gives
+Dagster `GRACE_S` to stop the run its own way (the steps interrupted at their next safe point, the run failed, its
+pool slot freed). When that time is up, or at a second signal, the guard stops it without Dagster: it kills every
+process this one started (the step processes and theirs) with SIGKILL, reports the run canceled if it has not
+ended, frees its `gpu` pool slots, releases the partitions' leases, and exits (130 after SIGINT, 143 after
+SIGTERM). The next run of the partition starts at once. A flight a killed step was committing is cut off and
+redone by the next run (`gpu/commits.py`); nothing else is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+GRACE_S = 20.0  # Dagster's own stop; then the guard's (about a second), within the 30 s an operator is promised
+STOP_S = 8.0  # the guard's own stop (the instance and the storage answering) is cut off after this
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children, theirs, ...), from `/proc`, deepest last; zombies (dead, not yet
+    reaped) are left out."""
+    children: dict[int, list[int]] = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
+def kill_descendants(pid: int) -> int:
+    """SIGKILL every process below `pid`; returns how many there were. Repeated until none is left (a process
+    forked while the first pass ran), at most a few passes."""
+    killed: set[int] = set()
+    for _ in range(5):
+        found = descendants(pid)
+        if not found:
+            break
+        for child in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        killed.update(found)
+        time.sleep(0.1)
+    return len(killed)
+
+
+class StopGuard:
+    """Watches SIGINT/SIGTERM while a run executes; stops the run without Dagster when Dagster's own stop takes
+    longer than `grace_s`, or at a second signal. `stop` does the stopping (kill, cancel, free, release), given
+    the signal's name; `say` prints a line to the operator."""
+
+    def __init__(self, stop: Callable[[str], None], say: Callable[[str], None], grace_s: float = GRACE_S):
+        self.stop, self.say, self.grace_s = stop, say, grace_s
+        self.signals: list[int] = []  # those the guard has acted on
+        self._pending: list[int] = []
+        self.finished = threading.Event()  # the run's own ending: set by the main thread when execute_job returns
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._thread = threading.Thread(target=self._watch, name="batch-assets-stop-guard", daemon=True)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[StopGuard]:
+        """For the block: every SIGINT/SIGTERM (whoever's handler runs) reaches the guard. SIGTERM is handled as
+        Ctrl-C (KeyboardInterrupt) outside Dagster's own handling, so both signals end the command the same way."""
+        previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self.finished.set()
+            signal.signal(signal.SIGTERM, previous_term)
+            signal.set_wakeup_fd(previous_fd)
+
+    def _watch(self) -> None:
+        first = self._next_signal(None)
+        if first is None:  # the run ended without a signal
+            return
+        # from here the clock runs whatever the main thread does (its own ending can block too, joining children),
+        # and nothing ends this thread but its exit: not a closed terminal, not a stop that raises or stalls
+        try:
+            name = signal.Signals(first).name
+            self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
+                      f"within {self.grace_s:.0f} s; {name} again ends it at once")
+            second = self._next_signal(self.grace_s)
+            why = "a second signal" if second is not None else f"Dagster's own stop took over {self.grace_s:.0f} s"
+            self._say(f"batch-assets: {why}: stopping the run now (its processes killed, the run canceled, its gpu "
+                      "pool slot and partition leases freed)")
+            deadline = threading.Timer(STOP_S, os._exit, (128 + first,))
+            deadline.daemon = True
+            deadline.start()
+            self.stop(name)
+        except BaseException as error:  # noqa: BLE001 - reported, then the exit below
+            self._say(f"batch-assets: the stop guard's own stop failed ({type(error).__name__}: {error}); exiting")
+        finally:
+            os._exit(128 + first)
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(Exception):  # the terminal may be closed or gone
+            self.say(line)
+
+    def _next_signal(self, timeout_s: float | None) -> int | None:
+        """The next signal's number; None after `timeout_s`, or (no timeout) once the run ended by itself."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._pending:
+            if deadline is None and self.finished.is_set():
+                return None
+            wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if wait <= 0:
+                return None
+            ready, _, _ = select.select([self._read], [], [], wait)
+            if ready:
+                self._pending += [b for b in os.read(self._read, 64) if b in SIGNALS]
+        number = self._pending.pop(0)
+        self.signals.append(number)
+        return number
+
+
+def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say) -> None:
+    """Stop the run tagged `launch` without Dagster (`cli/stopping.py`): kill this process's children, report the
+    run canceled unless it ended, free its `gpu` pool slots and release its partitions' leases."""
+    import dagster as dg
+
+    from batch_assets.cli.run_output import LAUNCH_TAG
+    from batch_assets.storage.lease import LeaseHeld, PartitionLease
+
+    killed = kill_descendants(os.getpid())
+    with dg.DagsterInstance.get() as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
+        if not runs:
+            say(f"batch-assets: no run was launched yet; {killed} process(es) killed")
+            return
+        run = runs[0]
+        if not run.is_finished:
+            instance.report_run_canceled(run, message=f"batch-assets run stopped by {signal_name}: its processes were "
+                                         "killed, Dagster's own stop had not ended it (batch_assets/cli/stopping.py)")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        status = instance.get_run_by_id(run.run_id).status.value
+    for partition in partitions:
+        lease = PartitionLease(storage, partition, holder=run.run_id)
+        try:
+            lease.acquire(0.0, log=lambda _: None)  # this run's own lease is taken back at once; another's is left
+        except LeaseHeld:
+            continue
+        lease.release()
+    say(f"batch-assets: run {run.run_id} {status.lower()}: {killed} process(es) killed, its gpu pool slot and "
+        f"partition leases freed; the next run of {', '.join(partitions)} starts at once")
+
+
+def free_finished_run(instance, launch: str) -> int:
+    """Free the `gpu` pool slots the run tagged `launch` still claims once it has ended; returns how many.
+
+    Why: a step process that a signal ends before it reports its end ("finished without success or failure
+    event") keeps its slot claimed after the run failed, and with one `gpu` slot the next run of any partition
+    waits at "Step blocked by limit for pool gpu" for ever (measured: a Ctrl-C 6 s into the sample run)."""
+    import dagster as dg
+
+    from batch_assets.cli.run_output import LAUNCH_TAG
+    from batch_assets.gpu.assets import GPU_POOL
+
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
+    if not runs or not runs[0].is_finished:
+        return 0
+    claimed = [s for s in instance.event_log_storage.get_concurrency_info(GPU_POOL).claimed_slots
+               if s.run_id == runs[0].run_id]
+    instance.event_log_storage.free_concurrency_slots_for_run(runs[0].run_id)
+    return len(claimed)
