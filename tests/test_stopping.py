@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from batch_assets.orchestration.dead_runs import process_alive
+
 SCRIPT = textwrap.dedent("""
     import contextlib, multiprocessing, os, signal, sys, time
     from batch_assets.cli.stopping import StopGuard, kill_descendants
@@ -54,14 +56,6 @@ def _start(grace_s: float) -> tuple[subprocess.Popen, int]:
     return process, int(line.split()[-1])
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")
-
-
 def test_without_the_guard_the_hang_is_for_ever():
     process, child = _start(0.0)
     os.killpg(process.pid, signal.SIGINT)
@@ -88,6 +82,6 @@ def test_the_guard_ends_the_hang_after_its_grace_or_at_a_second_signal(signals):
     assert ended < (grace_s + 3 if signals == 1 else 3)
     assert ("a second signal" in out) == (signals == 2) and ("took over 2 s" in out) == (signals == 1), out
     deadline = time.monotonic() + 5
-    while not _gone(child) and time.monotonic() < deadline:
+    while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(child)
+    assert not process_alive(child)  # gone, or a zombie

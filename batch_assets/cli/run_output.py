@@ -61,6 +61,12 @@ class CheckLine:
         return f"  {mark}  {self.asset}: {self.name}{where}"
 
 
+def launched_run(instance: dg.DagsterInstance, launch: str) -> dg.DagsterRun | None:
+    """The run this command launched (tagged `LAUNCH_TAG=launch`), once `execute_job` has created it."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
+    return runs[0] if runs else None
+
+
 class Terminal:
     """Where the command prints: whole lines, and a status line that a terminal rewrites in place (any other
     output gets it as a line of its own). A whole line first clears the status line. Thread-safe."""
@@ -136,10 +142,10 @@ class RunWatcher:
     def poll(self) -> None:
         """Print what the run logged since the last poll."""
         if self.run_id is None:
-            runs = self.instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: self.launch}), limit=1)
-            if not runs:
+            run = launched_run(self.instance, self.launch)
+            if run is None:
                 return
-            self.run_id = runs[0].run_id
+            self.run_id = run.run_id
         while True:  # the events since the last poll, in order
             page = self.instance.get_records_for_run(self.run_id, cursor=self._cursor, limit=1000)
             for record in page.records:

@@ -37,14 +37,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def descendants(pid: int) -> list[int]:
     """Every live process below `pid` (children, theirs, ...), from `/proc`, deepest last; zombies (dead, not yet
     reaped) are left out."""
+    from batch_assets.orchestration.dead_runs import stat_fields
+
     children: dict[int, list[int]] = {}
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if fields[0] not in ("Z", "X"):
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for folder in pathlib.Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(int(folder.name))
+        if fields is not None and fields[0] not in ("Z", "X"):  # None: gone meanwhile
+            children.setdefault(int(fields[1]), []).append(int(folder.name))
     found, todo = [], list(children.get(pid, []))
     while todo:
         child = todo.pop(0)
@@ -146,20 +145,19 @@ def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say)
     run canceled unless it ended, free its `gpu` pool slots and release its partitions' leases."""
     import dagster as dg
 
-    from batch_assets.cli.run_output import LAUNCH_TAG
+    from batch_assets.cli.run_output import launched_run
     from batch_assets.storage.lease import LeaseHeld, PartitionLease
 
     killed = kill_descendants(os.getpid())
     with dg.DagsterInstance.get() as instance:
-        runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
-        if not runs:
+        run = launched_run(instance, launch)
+        if run is None:
             say(f"batch-assets: no run was launched yet; {killed} process(es) killed")
             return
-        run = runs[0]
         if not run.is_finished:
             instance.report_run_canceled(run, message=f"batch-assets run stopped by {signal_name}: its processes were "
                                          "killed, Dagster's own stop had not ended it (batch_assets/cli/stopping.py)")
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        free_finished_run(instance, launch)
         status = instance.get_run_by_id(run.run_id).status.value
     for partition in partitions:
         lease = PartitionLease(storage, partition, holder=run.run_id)
@@ -178,15 +176,13 @@ def free_finished_run(instance, launch: str) -> int:
     Why: a step process that a signal ends before it reports its end ("finished without success or failure
     event") keeps its slot claimed after the run failed, and with one `gpu` slot the next run of any partition
     waits at "Step blocked by limit for pool gpu" for ever (measured: a Ctrl-C 6 s into the sample run)."""
-    import dagster as dg
-
-    from batch_assets.cli.run_output import LAUNCH_TAG
+    from batch_assets.cli.run_output import launched_run
     from batch_assets.gpu.assets import GPU_POOL
 
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={LAUNCH_TAG: launch}), limit=1)
-    if not runs or not runs[0].is_finished:
+    run = launched_run(instance, launch)
+    if run is None or not run.is_finished:
         return 0
     claimed = [s for s in instance.event_log_storage.get_concurrency_info(GPU_POOL).claimed_slots
-               if s.run_id == runs[0].run_id]
-    instance.event_log_storage.free_concurrency_slots_for_run(runs[0].run_id)
+               if s.run_id == run.run_id]
+    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
     return len(claimed)

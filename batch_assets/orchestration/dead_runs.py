@@ -32,13 +32,23 @@ def _boot_id() -> str:
     return pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of `/proc/{pid}/stat` after the command name (0: state, 1: parent pid, 19: start time in clock
+    ticks); None when the process is gone or hidden from us (`/proc` mounted with hidepid)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_identity(pid: int) -> dict | None:
     """What tells this process from any later one with its pid: its start time in clock ticks since boot (from
     `/proc/{pid}/stat`, unaffected by wall-clock steps) and the boot's id; None when it is not running."""
+    fields = stat_fields(pid)
     try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return {"pid": pid, "start_ticks": int(fields[19]), "boot_id": _boot_id(), "state": fields[0]}
-    except (OSError, IndexError, ValueError):  # gone, or hidden from us (`/proc` mounted with hidepid)
+        return None if fields is None else {"pid": pid, "start_ticks": int(fields[19]), "boot_id": _boot_id(),
+                                            "state": fields[0]}
+    except (OSError, IndexError, ValueError):
         return None
 
 
