@@ -9,7 +9,7 @@ import dagster as dg
 from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
-from batch_assets.gpu.resources import GpuResource
+from batch_assets.gpu.steps.resources import GpuResource
 from batch_assets.orchestration.dead_runs import free_dead_runs_sensor
 from batch_assets.orchestration.executor import executor_for
 from batch_assets.orchestration.io_manager import StorageJsonIOManager

@@ -27,7 +27,7 @@ from typing import Any
 
 import dagster as dg
 
-from batch_assets.gpu.lock import DEFAULT_LOCK_DIR
+from batch_assets.gpu.device.lock import DEFAULT_LOCK_DIR
 from batch_assets.models.languages import DEFAULT_ROUTING, TINY_LANGID, LanguageError, parse_routing, with_english
 from batch_assets.models.names import TINY_DIARIZATION
 from batch_assets.storage.resource import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL

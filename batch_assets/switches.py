@@ -13,13 +13,13 @@ and each run can still override it in run config from the launchpad. A value oth
 "true"/"false" stops the code location from loading with an error naming the variable: a typo in a
 deployment must never silently turn a lever on or off.
 
-`SWITCHES` is the one place a switch is declared: the run config fields (`gpu/run_config.py: LeverConfig`),
+`SWITCHES` is the one place a switch is declared: the run config fields (`gpu/steps/run_config.py: LeverConfig`),
 the Helm values' env entries (`k8s/values.yaml`) and the table in docs/gpu-section.md are made from it, and
 `tests/test_switches_registry.py` fails when any of them, or the typed core's `Levers`, disagrees. To add a
 lever: add a `Switch` here; a field to `ExactLeverConfig`, or for kinds "numbers" and "approximate" to
-`ResultSwitchConfig` (`gpu/run_config.py`: what a flight's commit records), and to `Levers` (`gpu/levers.py`),
-in the registry's order; the switch at its default in `GpuSectionConfig`'s YAML example; then paste
-`python -m batch_assets.switches` output into the values and docs/gpu-section.md, and `python -m
+`ResultSwitchConfig` (`gpu/steps/run_config.py`: what a flight's commit records), and to `Levers`
+(`gpu/section/levers.py`), in the registry's order; the switch at its default in `GpuSectionConfig`'s YAML example;
+then paste `python -m batch_assets.switches` output into the values and docs/gpu-section.md, and `python -m
 batch_assets.settings` output into the README's configuration table.
 """
 

@@ -1,11 +1,11 @@
 """Lever 3 on a real GPU: NeMo TDT greedy decoding with and without CUDA graphs, asserted and compared.
 
-Runs the project's own decoder-mode code (`batch_assets.gpu.asr`, through `batch_assets.gpu.decoder_check`,
-which the `gpu` test uses too) on the tiny TDT model placed on the device: graphs on (the decoder must be in a
-graphs mode and have captured a graph after the call), graphs off (no graphs mode), graphs on again, identical
-words and word times across modes, and two ways of changing the decoder behind the section's back (a real
-`change_decoding_strategy` call, and NeMo's runtime `disable_cuda_graphs()`), each of which must be caught.
-Prints a JSON report.
+Runs the project's own decoder-mode code (`batch_assets.gpu.asr.transcribe`, through
+`batch_assets.gpu.asr.decoder_check`, which the `gpu` test uses too) on the tiny TDT model placed on the device:
+graphs on (the decoder must be in a graphs mode and have captured a graph after the call), graphs off (no graphs
+mode), graphs on again, identical words and word times across modes, and two ways of changing the decoder behind the
+section's back (a real `change_decoding_strategy` call, and NeMo's runtime `disable_cuda_graphs()`), each of which
+must be caught. Prints a JSON report.
 
     python benchmarks/gpu_decoder_check.py [--device cuda] [--out report.json]
 """
@@ -17,8 +17,8 @@ import copy
 import pathlib
 import sys
 
-from batch_assets.gpu.asr import DecoderModeError, apply_decoder_mode, check_decoder_mode
-from batch_assets.gpu.decoder_check import decode_in_mode, folder_audio, segments_of, word_key
+from batch_assets.gpu.asr.decoder_check import decode_in_mode, folder_audio, segments_of, word_key
+from batch_assets.gpu.asr.transcribe import DecoderModeError, apply_decoder_mode, check_decoder_mode
 from batch_assets.models.tiny_asr import build_tiny_tdt
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -38,7 +38,7 @@ VARIANTS = {  # (reuse segmentation, cuda graphs, shared embedding trunk)
 
 def sample_flight(tile: int) -> tuple[np.ndarray, list]:
     pieces, units, offset = [], [], 0
-    from batch_assets.gpu.section import SectionUnit
+    from batch_assets.gpu.section.flight import SectionUnit
     from batch_assets.long_units.long_audio import sample_audio_paths
 
     paths = sample_audio_paths()
@@ -73,11 +73,11 @@ def summary(outcomes) -> dict:
 def main() -> None:
     import torch
 
-    from batch_assets.gpu.asr import apply_decoder_mode
-    from batch_assets.gpu.levers import Levers
-    from batch_assets.gpu.loaded import load_models
-    from batch_assets.gpu.section import process_flight
-    from batch_assets.gpu.section_stats import SectionStats
+    from batch_assets.gpu.asr.transcribe import apply_decoder_mode
+    from batch_assets.gpu.section.flight import process_flight
+    from batch_assets.gpu.section.levers import Levers
+    from batch_assets.gpu.section.loaded import load_models
+    from batch_assets.gpu.section.stats import SectionStats
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -106,7 +106,7 @@ def ambernet_seconds_per_unit(repeats: int = 5) -> float:
     """AmberNet's layout on one unit's LID sample (`LID_SPEECH_S` of speech), as the section calls it."""
     import torch
 
-    from batch_assets.gpu.language_id import LID_SPEECH_S, identify
+    from batch_assets.gpu.asr.language_id import LID_SPEECH_S, identify
     from batch_assets.models.langid_config import ambernet_shaped_config, build_langid
 
     model = build_langid(ambernet_shaped_config())
@@ -178,7 +178,7 @@ def run_routing(routing: str, work: pathlib.Path, truth: dict[str, dict], audio_
 
     from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import gate
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.models.languages import UNSPACED, parse_routing
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource

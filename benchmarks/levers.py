@@ -51,7 +51,7 @@ import soundfile as sf
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from batch_assets.gate.columns import CONTINUOUS, EMBEDDING, SCORE  # noqa: E402 (after the path insert)
-from batch_assets.gpu.section_stats import STAGES  # noqa: E402 (after the path insert)
+from batch_assets.gpu.section.stats import STAGES  # noqa: E402 (after the path insert)
 from batch_assets.switches import (  # noqa: E402 (after the path insert; light: no model library)
     APPROXIMATE_SWITCHES,
     EXACT_SWITCHES,
@@ -179,7 +179,7 @@ def main() -> None:
 
     from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import gate
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
 

@@ -76,7 +76,7 @@ def measure(folder: pathlib.Path, threads: int, levers: str = "exact") -> dict:
 
     from batch_assets.definitions import all_assets
     from batch_assets.gate.diarization_error import score, turns_by_unit
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
 

@@ -1,6 +1,6 @@
 """What the words' `score` (the TDT decoder's word confidence) costs in ASR seconds; proof it changes nothing else.
 
-The section asks NeMo for word confidence (`gpu/asr.py`: `WORD_CONFIDENCE` in the decoding config) unless
+The section asks NeMo for word confidence (`gpu/asr/transcribe.py`: `WORD_CONFIDENCE` in the decoding config) unless
 `BATCH_ASSETS_WORD_CONFIDENCE=false`: the bar was a setting if it cost more than 3 % of ASR seconds. This bench
 transcribes the same speech segments with it on and off (alternating, after a warm-up, medians), through the
 section's own `apply_decoder_mode` and `transcribe_segments`, and checks that words and times are identical both ways.
@@ -21,7 +21,7 @@ import soundfile as sf
 import soxr
 import torch
 
-from batch_assets.gpu.asr import Segment, apply_decoder_mode, transcribe_segments
+from batch_assets.gpu.asr.transcribe import Segment, apply_decoder_mode, transcribe_segments
 from batch_assets.models.loaders import load_asr_model
 from batch_assets.models.names import TINY_TDT
 from batch_assets.storage.resource import REPO_ROOT

@@ -87,7 +87,7 @@ def in_decoder_mode(models, levers):
     test calling `process_flight` directly. The models are this process's shared ones, and another test (or a
     section run with CUDA graphs off) may have left the decoder in another mode; the order of the tests changes
     with pytest-xdist's workers."""
-    from batch_assets.gpu.asr import apply_decoder_mode
+    from batch_assets.gpu.asr.transcribe import apply_decoder_mode
 
     models.decoder_settings[models.default_asr_name] = apply_decoder_mode(models.asr, levers.asr_cuda_graphs_enabled,
                                                                           None, models.word_confidence)
@@ -108,7 +108,7 @@ def lock_dir(tmp_path_factory) -> pathlib.Path:
 
 def make_resources(storage_root: pathlib.Path, lock_dir: pathlib.Path, source: pathlib.Path = SAMPLE_SOURCE) -> dict:
     from batch_assets.gate.checks import BaselineResource
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
 

@@ -39,7 +39,8 @@ from .published_arrays import assert_arrays_load
 ISOLATED = pathlib.Path(__file__).resolve().parent / "isolated"
 # what a local run's step processes are forked from: the code location and everything a GPU step imports
 FORKSERVER = {"config": {"multiprocess": {"start_method": {"forkserver": {"preload_modules": [
-    "batch_assets.definitions", "batch_assets.gpu.shard_work", "batch_assets.gpu.runner", "batch_assets.gpu.loaded",
+    "batch_assets.definitions", "batch_assets.gpu.steps.shard_work", "batch_assets.gpu.section.runner",
+    "batch_assets.gpu.section.loaded",
     "batch_assets.models.loaders", "nemo.collections.asr", "pyannote.audio"]}}}}}
 VALUES = yaml.safe_load((REPO_ROOT / "k8s" / "values.yaml").read_text())
 RETRY_AT_ONCE = {"BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS": "1"}  # a killed step's retry starts without the 30 s wait

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batch_assets.gpu.attribution import attribute_speakers
+from batch_assets.gpu.section.attribution import attribute_speakers
 
 
 def test_max_overlap_then_nearest():

@@ -80,7 +80,7 @@ def test_code_location_load_imports_no_model_library():
 
 def test_switch_env_defaults_reach_run_config_defaults():
     probe = _python(
-        "from batch_assets.gpu.run_config import GpuSectionConfig as C; c=C(); "
+        "from batch_assets.gpu.steps.run_config import GpuSectionConfig as C; c=C(); "
         "print(c.prepare_flight_enabled, c.vad_segmentation_reuse_enabled, c.asr_cuda_graphs_enabled)",
         {"BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED": "FALSE"},
     )
@@ -172,7 +172,7 @@ def test_the_baseline_gate_exists_only_when_a_baseline_is_configured():
 def test_every_step_of_the_gpu_section_waits_for_the_lease_as_configured():
     """`lease_wait_seconds`, set once under `ops.gpu_section.config`, reaches every step that takes the partition's
     lease: the plan, the shard and leftover steps, and the assembly (which used to fail at once)."""
-    from batch_assets.gpu.run_config import gpu_section_config
+    from batch_assets.gpu.steps.run_config import gpu_section_config
 
     mapped = gpu_section_config.config_fn({"lease_wait_seconds": 42.0})
     takes_lease = {"plan_gpu_shards", "gpu_shard", "gpu_leftover", "assemble_gpu_tables"}

@@ -24,8 +24,8 @@ import polars as pl
 import pytest
 
 from batch_assets.cli.run_output import RunWatcher
-from batch_assets.gpu.shard_work import read_planned_flights
-from batch_assets.gpu.shards import plan_shards
+from batch_assets.gpu.steps.shard_work import read_planned_flights
+from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 

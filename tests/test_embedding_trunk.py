@@ -10,17 +10,18 @@ import pytest
 import soundfile as sf
 import torch
 
-from batch_assets.gpu import pyannote_adapter as adapter
-from batch_assets.gpu.covered_pairs import NOT_COPIED, covered_sources, fill_copies, frame_shift
-from batch_assets.gpu.diarization import (
+from batch_assets.gpu.adapters import pyannote_adapter as adapter
+from batch_assets.gpu.diarization.embeddings.shared_trunk import SHARED_TRUNK
+from batch_assets.gpu.diarization.embeddings.skip_covered import NOT_COPIED, covered_sources, fill_copies, frame_shift
+from batch_assets.gpu.diarization.embeddings.stock import STOCK_SWITCHED_OFF
+from batch_assets.gpu.diarization.pipeline import (
     DiarizationCall,
     PrecomputedEmbeddings,
     diarization_file,
     diarize,
     make_levered,
 )
-from batch_assets.gpu.shared_trunk import SHARED_TRUNK, STOCK_SWITCHED_OFF
-from batch_assets.gpu.vad import as_pyannote_file
+from batch_assets.gpu.diarization.vad import as_pyannote_file
 from batch_assets.models import builtin
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
@@ -134,7 +135,7 @@ def test_production_shaped_shared_trunk_gives_stock_turns_labels_and_embeddings(
 
 def pooled_mask(pipeline, segmentations) -> np.ndarray:
     """(chunks, speakers): the pairs pooled (their weights not all zero)."""
-    from batch_assets.gpu.shared_trunk import pooling_weights
+    from batch_assets.gpu.diarization.embeddings.pooling import pooling_weights
 
     num_chunks, _, num_speakers = segmentations.data.shape
     weights = pooling_weights(pipeline, segmentations, pipeline.embedding_exclude_overlap)
@@ -223,8 +224,8 @@ def test_trunk_blocks_stitch_one_frame_sequence_on_the_units_clock(tiny):
     """A unit longer than a block: blocks with context either side, their frames joined, are the frames of one
     forward over the whole unit, once nothing is normalised per input (the x-vector's MFCC floors its decibels at
     80 dB under its input's loudest bin: with the floor, each block's own; it is taken away here, and put back)."""
-    from batch_assets.gpu.shared_trunk import EmbeddingWork
-    from batch_assets.gpu.trunk_blocks import BLOCK_S, CONTEXT_S, unit_frames
+    from batch_assets.gpu.diarization.embeddings.interface import EmbeddingWork
+    from batch_assets.gpu.diarization.embeddings.trunk_blocks import BLOCK_S, CONTEXT_S, unit_frames
 
     torch.manual_seed(0)
     noise = torch.randn(1, 16000 * 130) * 0.1

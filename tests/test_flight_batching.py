@@ -15,17 +15,18 @@ import pytest
 import soundfile as sf
 import torch
 
-from batch_assets.gpu import diarization as d
-from batch_assets.gpu import pyannote_adapter as adapter
-from batch_assets.gpu.flight_batch import segment_files
-from batch_assets.gpu.levers import Levers
-from batch_assets.gpu.precision import asr_encoder_autocast, cpu_supports_bf16
-from batch_assets.gpu.resources import GpuResource
-from batch_assets.gpu.runner import FlightWork, run_section
-from batch_assets.gpu.section import SectionUnit, process_flight
-from batch_assets.gpu.section_stats import HOST_THREAD, SectionStats
-from batch_assets.gpu.shared_trunk import SHARED_TRUNK, SHARED_TRUNK_ACROSS_UNITS
-from batch_assets.gpu.vad import as_pyannote_file, run_vad, run_vad_flight
+from batch_assets.gpu.adapters import pyannote_adapter as adapter
+from batch_assets.gpu.device.precision import asr_encoder_autocast, cpu_supports_bf16
+from batch_assets.gpu.diarization import pipeline as d
+from batch_assets.gpu.diarization.embeddings.shared_trunk import SHARED_TRUNK, SHARED_TRUNK_ACROSS_UNITS
+from batch_assets.gpu.diarization.flight_batch import segment_files
+from batch_assets.gpu.diarization.precompute import precompute_units
+from batch_assets.gpu.diarization.vad import as_pyannote_file, run_vad, run_vad_flight
+from batch_assets.gpu.section.flight import SectionUnit, process_flight
+from batch_assets.gpu.section.levers import Levers
+from batch_assets.gpu.section.runner import FlightWork, run_section
+from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
+from batch_assets.gpu.steps.resources import GpuResource
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
 from batch_assets.storage.resource import REPO_ROOT
@@ -125,9 +126,9 @@ def test_batched_segmentation_is_stocks_per_unit_scores(pipeline_name, units, re
 def diarize_all(pipeline, units: dict[str, np.ndarray], across: bool):
     calls = {uid: d.DiarizationCall() for uid in units}
     files = {uid: d.diarization_file(w, uid, calls[uid]) for uid, w in units.items()}
-    host = d.HostSeconds()
-    d.precompute_device_work(pipeline, list(files.values()), across, host)
-    assert 0 < host.seconds < 60  # binarizing and counting speakers: host seconds, reported apart from the forwards
+    forwards = precompute_units(pipeline, files, across)
+    assert not forwards.failed and not forwards.batch_fallback
+    assert 0 < forwards.host_s < 60  # binarizing and counting speakers: host seconds, reported apart from the forwards
     return {uid: d.diarize(pipeline, None, uid, call=calls[uid], file=files[uid]) for uid in units}, calls
 
 
@@ -284,7 +285,7 @@ def test_lever_6_a_device_side_failure_still_commits_the_flight_handed_over(tiny
 def test_half_precision_runs_the_asr_encoder_in_bf16_and_hands_float32_on(tiny, units):
     """Through the section's own ASR call (`transcribe_segments`): calling the shared model's encoder directly
     would change NeMo's state for every later test in the session (measured: 308 of 383 words moved)."""
-    from batch_assets.gpu.asr import Segment, transcribe_segments
+    from batch_assets.gpu.asr.transcribe import Segment, transcribe_segments
 
     asr = tiny.asr
     seen: list[torch.dtype] = []

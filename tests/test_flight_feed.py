@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from batch_assets.gpu.flight_feed import FlightFeed
+from batch_assets.gpu.section.flight_feed import FlightFeed
 
 
 class Recorder:

@@ -1,6 +1,6 @@
 """On a CUDA device (skipped without one: `make test` here has none; run it where there is one): lever 3's CUDA
 graphs in TDT decoding give the words and times of decoding without them, through the section's own decoder-mode
-code (`gpu/asr.py`), with the decoder checked before and after each call (`gpu/decoder_check.py`, which
+code (`gpu/asr/transcribe.py`), with the decoder checked before and after each call (`gpu/asr/decoder_check.py`, which
 `benchmarks/gpu_decoder_check.py` runs too, for the longer report: timings, tampering caught); and a flight through
 the section leaves CPython's shared `b" "` whole after the CUDA-graph build and runs ASR at the TF32 asked for; the
 Japanese hybrid TDT-CTC model takes the graphs with its TDT head."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from batch_assets.gpu.decoder_check import decode_in_mode, folder_audio, segments_of, word_key
+from batch_assets.gpu.asr.decoder_check import decode_in_mode, folder_audio, segments_of, word_key
 from batch_assets.models.tiny_asr import build_tiny_tdt
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
@@ -36,7 +36,7 @@ def test_the_ja_shaped_hybrid_decodes_with_its_tdt_head_and_cuda_graphs():
     call) and the same tokens and times without them."""
     import torch
 
-    from batch_assets.gpu.loaded import load_asr
+    from batch_assets.gpu.section.loaded import load_asr
     from batch_assets.models.production_shaped import PARAKEET_JA_SHAPED
 
     device = torch.device("cuda")
@@ -55,19 +55,19 @@ def test_the_ja_shaped_hybrid_decodes_with_its_tdt_head_and_cuda_graphs():
 
 def test_a_flight_on_cuda_keeps_the_shared_space_and_asr_runs_at_the_tf32_asked_for(tmp_path):
     """Issue 46 on the device: after the section's first CUDA-graph build (NeMo's NVRTC call, through
-    `gpu/nemo_adapter.py`) CPython's shared `b" "` is still a space and `.npy` bytes load back; the ASR encoder runs
-    with TF32 as `tf32_enabled` says although pyannote turned it off in the same flight, and the setting is
+    `gpu/adapters/nemo_adapter.py`) CPython's shared `b" "` is still a space and `.npy` bytes load back; the ASR
+    encoder runs with TF32 as `tf32_enabled` says although pyannote turned it off in the same flight, and the setting is
     restored after."""
     import io
 
     import numpy as np
     import torch
 
-    from batch_assets.gpu.faults import interpreter_damaged
-    from batch_assets.gpu.levers import Levers
-    from batch_assets.gpu.resources import GpuResource
-    from batch_assets.gpu.section import SectionUnit, process_flight
-    from batch_assets.gpu.section_stats import SectionStats
+    from batch_assets.gpu.device.faults import interpreter_damaged
+    from batch_assets.gpu.section.flight import SectionUnit, process_flight
+    from batch_assets.gpu.section.levers import Levers
+    from batch_assets.gpu.section.stats import SectionStats
+    from batch_assets.gpu.steps.resources import GpuResource
 
     from .conftest import in_decoder_mode
 

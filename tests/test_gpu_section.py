@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from batch_assets.gpu import resources as gpu_resources
-from batch_assets.gpu.asr import (
+from batch_assets.gpu.adapters.pyannote_adapter import segmentation_inference
+from batch_assets.gpu.asr.transcribe import (
     CONFIDENCE_SETTING,
     DecoderModeError,
     apply_decoder_mode,
     check_decoder_mode,
     observe_decoder,
 )
-from batch_assets.gpu.diarization import diarize
-from batch_assets.gpu.pyannote_adapter import segmentation_inference
-from batch_assets.gpu.resources import GpuResource
-from batch_assets.gpu.vad import as_pyannote_file, run_vad
+from batch_assets.gpu.diarization.pipeline import diarize
+from batch_assets.gpu.diarization.vad import as_pyannote_file, run_vad
+from batch_assets.gpu.steps import resources as gpu_resources
+from batch_assets.gpu.steps.resources import GpuResource
 from batch_assets.storage.resource import REPO_ROOT
 
 from .conftest import make_resources, materialize_partition
@@ -94,7 +94,7 @@ def test_decoder_mode_checks_on_cpu(models):
 
 
 def test_word_confidence_is_a_score_per_word_and_off_changes_nothing_else(models, speech):
-    from batch_assets.gpu.asr import Segment, transcribe_segments
+    from batch_assets.gpu.asr.transcribe import Segment, transcribe_segments
 
     segments = [Segment("u", 0.5, 8.0), Segment("u", 8.0, 16.0)]
     apply_decoder_mode(models.asr, False, None, word_confidence=False)

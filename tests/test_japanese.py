@@ -16,14 +16,14 @@ import polars as pl
 import pytest
 import torch
 
-from batch_assets.gpu.asr import (
+from batch_assets.gpu.asr.transcribe import (
     DecoderModeError,
     Segment,
     apply_decoder_mode,
     check_decoder_mode,
     transcribe_segments,
 )
-from batch_assets.gpu.levers import Levers
+from batch_assets.gpu.section.levers import Levers
 from batch_assets.ingest.unit_language import DeclaredLanguage
 from batch_assets.models.languages import TINY_TDT_JA
 from batch_assets.models.production_shaped import PARAKEET_JA_SHAPED, SHAPED_ASR
@@ -38,7 +38,7 @@ SIMILARITY_BAR = 0.5  # the issue's target: character similarity to the spoken k
 def test_builtin_japanese_model_hears_held_out_voices_and_its_words_are_tokens_with_times():
     """Sentences drawn with a seed no training split used, in the three voices training held out, each spoken with
     and without its spaces; through the section's ASR call with the unit's words as tokens."""
-    from batch_assets.gpu.loaded import load_asr
+    from batch_assets.gpu.section.loaded import load_asr
     from batch_assets.models.sentences import make_sentences
     from batch_assets.training.corpus import VOICES, synthesize
 
@@ -80,7 +80,7 @@ def _word_key(outcome) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def ja_models(lock_dir):
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
 
     models = GpuResource(device="cpu", lock_dir=str(lock_dir)).models
     return dataclasses.replace(models, routing=models.routing | {"ja": PARAKEET_JA_SHAPED},
@@ -123,7 +123,7 @@ def test_ja_shaped_hybrid_decodes_with_its_tdt_head_through_the_section(ja_model
 
     # its exports, from the tables a commit keeps: the tokens joined with nothing, in every format, with their times
     from batch_assets.exports.formats import unit_files
-    from batch_assets.gpu.tables import outcome_tables, segments_table, unspaced_units
+    from batch_assets.gpu.outputs.tables import outcome_tables, segments_table, unspaced_units
 
     units, words = outcome_tables(list(on.values()))
     segments = segments_table(words, unspaced_units(units))

@@ -28,7 +28,7 @@ from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
 GPU_STEP = "gpu_section.gpu_shard"  # one step (one pod, one GPU) per shard of a partition
-# and one per shard with flights no shard step of a re-execution processed (batch_assets/gpu/resume.py)
+# and one per shard with flights no shard step of a re-execution processed (batch_assets/gpu/steps/resume.py)
 GPU_STEPS = (GPU_STEP, "gpu_section.gpu_leftover")
 K8S = REPO_ROOT / "k8s"
 KUBERNETES_VERSION = "1.32"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from batch_assets.gpu.language_id import LID_SPEECH_S, MIN_SPEECH_S, SAMPLE_RATE, identify, labels_of, speech_sample
+from batch_assets.gpu.asr.language_id import LID_SPEECH_S, MIN_SPEECH_S, SAMPLE_RATE, identify, labels_of, speech_sample
 from batch_assets.models.langid_config import (
     BUILTIN_LANGUAGES,
     VOXLINGUA107,

@@ -17,7 +17,7 @@ import pytest
 
 from batch_assets.exports import formats as exports
 from batch_assets.exports import transcript_text
-from batch_assets.gpu.tables import WORDS_SCHEMA, segments_table
+from batch_assets.gpu.outputs.tables import WORDS_SCHEMA, segments_table
 from batch_assets.ingest.speaker_hints import HintError, SpeakerHints, parse_sidecar, sidecar_language
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage, unit_language
 from batch_assets.models.languages import (

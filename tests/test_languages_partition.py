@@ -2,7 +2,7 @@
 the real job, and the section's language stage on real flights.
 
 The partition run (builtin routing: en, es, de, ja; builtin LID) is shared by the tests of this file; the section-level
-tests run flights of its audio through `gpu/section.py` with the worker's models.
+tests run flights of its audio through `gpu/section/flight.py` with the worker's models.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 import soundfile as sf
 
-from batch_assets.gpu.levers import Levers
-from batch_assets.gpu.section import SectionUnit, device_work, host_work
-from batch_assets.gpu.section_stats import SectionStats
+from batch_assets.gpu.section.flight import SectionUnit, device_work, host_work
+from batch_assets.gpu.section.levers import Levers
+from batch_assets.gpu.section.stats import SectionStats
 from batch_assets.ingest.unit_language import DeclaredLanguage
 from batch_assets.schema.results import ResultClass
 from batch_assets.storage.resource import REPO_ROOT
@@ -150,7 +150,7 @@ def sample_flight(models, rels_and_languages: list[tuple[str, DeclaredLanguage |
 
 @pytest.fixture(scope="module")
 def models(lock_dir):
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
 
     return in_decoder_mode(GpuResource(device="cpu", lock_dir=str(lock_dir)).models, Levers())
 
@@ -194,7 +194,7 @@ def test_english_words_are_the_same_detected_or_declared(models):
 
 def test_a_model_that_does_not_load_fails_the_step_naming_it(models):
     """A configuration fault, not a unit's: every unit of the language needs the model."""
-    from batch_assets.gpu.routing import ModelLoadError
+    from batch_assets.gpu.section.loaded import ModelLoadError
 
     broken = dataclasses.replace(models, routing=models.routing | {"es": "/nonexistent/es.nemo"},
                                  asr_models=dict(models.asr_models), asr_loads=collections.Counter(),

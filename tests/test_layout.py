@@ -1,12 +1,15 @@
 """The code's layout, as the imports show it: no cycle between any two modules (imports inside functions and
 under TYPE_CHECKING count too), no asset module importing another, models never importing training, no module
-over 300 lines, at most 8 modules loose under `batch_assets/` (the rest live in packages named for what they
-hold). Read from the source (ast), nothing imported."""
+over 300 lines, at most 8 modules loose under `batch_assets/` and under `gpu/` (the rest live in packages named for
+what they hold); each room of `gpu/` imports only the rooms its docstring's `May import:` line names, and those
+lines never go round; a flight's models, followed as data (`models_flow.py`), enter a file they already left at
+most 12 times. Read from the source (ast), nothing imported."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 from batch_assets.storage.resource import REPO_ROOT
 
@@ -72,3 +75,76 @@ def test_no_module_is_over_300_lines():
 def test_at_most_8_modules_are_loose_under_the_package():
     loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= MAX_LOOSE_MODULES, f"put these in a package named for what they hold: {loose}"
+
+
+GPU = PACKAGE / "gpu"
+MAY_IMPORT = re.compile(r"^May import: (.+?)\.?$", re.M)
+
+
+def _gpu_rooms() -> dict[str, set[str]]:
+    """Each package under gpu/ -> the gpu packages its docstring says it may import (its own sub-packages go
+    without saying)."""
+    rooms = {}
+    for init in sorted(GPU.rglob("__init__.py")):
+        if init.parent == GPU:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        found = MAY_IMPORT.search(doc)
+        assert found, f"{init.relative_to(REPO_ROOT)}: say what the room holds, then 'May import: ...'"
+        listed = found.group(1)
+        name = ".".join(init.parent.relative_to(REPO_ROOT).parts)
+        rooms[name] = set() if listed.startswith("nothing") else {f"batch_assets.{x.strip()}"
+                                                                   for x in listed.split(",")}
+        for module in init.parent.glob("*.py"):  # every module of the room is named where the room is described
+            assert module.name == "__init__.py" or f"`{module.name}`" in doc, f"{name}'s docstring: {module.name}?"
+        for sub in (p for p in init.parent.iterdir() if (p / "__init__.py").exists()):
+            assert f"`{sub.name}/`" in doc, f"{name}'s docstring: {sub.name}/?"
+    return rooms
+
+
+def _room(module: str, rooms: dict[str, set[str]]) -> str | None:
+    inside = [room for room in rooms if module == room or module.startswith(room + ".")]
+    return max(inside, key=len) if inside else None
+
+
+def _within(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def test_gpu_rooms_import_only_what_their_docstrings_name_and_the_map_names_every_room():
+    rooms, modules = _gpu_rooms(), _modules()
+    loose = sorted(p.name for p in GPU.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, f"put these in a room of gpu/ named for what they hold: {loose}"
+    for name, path in modules.items():
+        room = _room(name, rooms)
+        if room is None:
+            continue
+        for imported in _imports(path, modules):
+            if not _within(imported, "batch_assets.gpu") or _within(imported, room):
+                continue
+            allowed = [a for a in rooms[room] if _within(imported, a)]
+            assert allowed, f"{name} imports {imported}: not in {room}'s 'May import' ({sorted(rooms[room])})"
+    declared = {room: {r for r in rooms if any(_within(r, a) for a in allowed)} for room, allowed in rooms.items()}
+
+    def visit(room: str, trail: list[str]) -> None:
+        assert room not in trail, "the rooms' 'May import' lines go round: " + " -> ".join([*trail, room])
+        for other in declared[room]:
+            visit(other, [*trail, room])
+
+    for room in declared:
+        visit(room, [])
+    the_map = ast.get_docstring(ast.parse((GPU / "__init__.py").read_text()))
+    for room in rooms:
+        assert f"{room.rsplit('.', 1)[1]}/" in the_map, f"gpu/__init__.py's map does not name {room}"
+
+
+def test_a_flights_models_come_back_to_a_file_already_left_at_most_12_times():
+    """Followed as data (`tests/models_flow.py`), `section.flight.device_work`'s models reach every stage's room and
+    enter a file they already left at most 12 times (28 before gpu/ was split into rooms, issue 49)."""
+    from .models_flow import follow
+
+    flow = follow()
+    print(f"stays {len(flow.stays)}, files {len(flow.files)}, returns {flow.returns}: {flow.files.most_common(4)}")
+    for room in ("gpu/diarization/vad.py", "gpu/diarization/embeddings/", "gpu/section/routing.py", "gpu/asr/"):
+        assert any(room in file for file in flow.stays), f"the flow no longer reaches {room}: it measures nothing"
+    assert flow.returns <= 12, "\n".join(flow.stays)

@@ -96,7 +96,7 @@ def _frame(schema: dict, rows: list[dict]) -> pl.DataFrame:
 def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voice():
     """Two windows of 100 s overlapped by 20 s (cores 0-90 s and 90-150 s) whose local labels are swapped, between
     two units processed whole: every number below follows from the cores, by hand."""
-    from batch_assets.gpu import tables
+    from batch_assets.gpu.outputs import tables
     from batch_assets.ingest.prepare import PLAN_SCHEMA
     from batch_assets.long_units.stitching import stitch
 
@@ -174,7 +174,7 @@ def test_stitching_puts_a_windowed_unit_back_on_one_clock_with_one_label_per_voi
 def _two_windows(first: str) -> tuple[dict, pl.DataFrame]:
     """A unit of two windows whose first is `first` (silent: VAD found nothing; failed: VAD raised) and whose second
     has one speaker saying one word."""
-    from batch_assets.gpu import tables
+    from batch_assets.gpu.outputs import tables
     from batch_assets.ingest.prepare import PLAN_SCHEMA
 
     w0, w1 = "u.w0000", "u.w0001"

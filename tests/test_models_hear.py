@@ -99,7 +99,7 @@ def test_asr_text_keeps_every_token_of_the_vocabulary(lock_dir):
     """NeMo 3.0.0 drops the last labels of a character-vocabulary TDT model from its text; ours is BPE."""
     from nemo.collections.asr.models import EncDecRNNTBPEModel
 
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
 
     asr = GpuResource(device="cpu", lock_dir=str(lock_dir)).models.asr
     assert isinstance(asr, EncDecRNNTBPEModel)

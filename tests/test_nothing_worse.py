@@ -97,7 +97,7 @@ MARKER = np.float32(0.987654321)  # a sample value the injected fault recognises
 def _flight(models_rate: int = 16000):
     """Two speech units in one flight (the sample's standup and planning calls), the second carrying MARKER."""
     from batch_assets.audio.decode import decode_file
-    from batch_assets.gpu.section import SectionUnit
+    from batch_assets.gpu.section.flight import SectionUnit
 
     first, _ = decode_file(str(SAMPLE / "meetings" / "standup.wav"), ".wav")
     second, _ = decode_file(str(SAMPLE / "meetings" / "planning.mp3"), ".mp3")
@@ -109,7 +109,7 @@ def _flight(models_rate: int = 16000):
 
 @pytest.fixture(scope="module")
 def loaded(lock_dir):
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
 
     return GpuResource(lock_dir=str(lock_dir), device="cpu").load()
 
@@ -124,11 +124,11 @@ def test_a_device_fault_stops_the_worker_and_a_unit_fault_fails_only_its_unit(lo
     Now a device fault raises DeviceFault (the caller quarantines the worker); any other error fails its unit only."""
     import torch
 
-    from batch_assets.gpu import pyannote_adapter
-    from batch_assets.gpu.faults import DeviceFault
-    from batch_assets.gpu.levers import Levers
-    from batch_assets.gpu.section import process_flight
-    from batch_assets.gpu.section_stats import SectionStats
+    from batch_assets.gpu.adapters import pyannote_adapter
+    from batch_assets.gpu.device.faults import DeviceFault
+    from batch_assets.gpu.section.flight import process_flight
+    from batch_assets.gpu.section.levers import Levers
+    from batch_assets.gpu.section.stats import SectionStats
 
     error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB") if fault == "oom" else fault
 
@@ -362,7 +362,7 @@ def test_a_store_that_ignores_if_none_match_lets_only_one_writer_on(tmp_path):
 
 def test_a_holder_whose_lease_was_taken_over_writes_nothing_more(tmp_path):
     """Finding 6c. Before: a holder whose lease was taken over (paused past its ttl) kept renewing and writing."""
-    from batch_assets.gpu.commits import FlightCommits
+    from batch_assets.gpu.outputs.commits import FlightCommits
     from batch_assets.storage.lease import LeaseLost, PartitionLease
 
     storage = StorageResource(storage_url=str(tmp_path))

@@ -26,8 +26,8 @@ SCRIPT = r'''
 import ctypes, io, json, sys, tempfile
 import numpy as np
 import nemo.core.utils.cuda_python_utils as cpu
-from batch_assets.gpu import nemo_adapter
-from batch_assets.gpu.faults import DeviceFault, check_interpreter, interpreter_damaged
+from batch_assets.gpu.adapters import nemo_adapter
+from batch_assets.gpu.device.faults import DeviceFault, check_interpreter, interpreter_damaged
 from batch_assets.storage.arrays import UnreadableArray
 from batch_assets.storage.resource import StorageResource
 
@@ -131,14 +131,14 @@ def _importers_of_run_nvrtc(root: pathlib.Path) -> set[str]:
 
 def test_the_adapter_knows_nemos_run_nvrtc_and_every_module_that_imports_it():
     """Fails on a NeMo upgrade that moves or changes `run_nvrtc` or imports it somewhere new: look whether the log
-    buffer is still the shared `b" "` (fixed upstream: drop the adapter), then update `gpu/nemo_adapter.py`."""
+    buffer is still the shared `b" "` (fixed upstream: drop the adapter), then update `gpu/adapters/nemo_adapter.py`."""
     import importlib
 
     import nemo
 
-    from batch_assets.gpu import nemo_adapter
+    from batch_assets.gpu.adapters import nemo_adapter
 
-    assert nemo.__version__ == nemo_adapter.NEMO_VERSION, "NeMo upgraded: check gpu/nemo_adapter.py"
+    assert nemo.__version__ == nemo_adapter.NEMO_VERSION, "NeMo upgraded: check gpu/adapters/nemo_adapter.py"
     nemo_adapter.nemo_run_nvrtc()  # NemoChanged when its source differs
     root = pathlib.Path(nemo.__file__).parent
     assert _importers_of_run_nvrtc(root) == set(nemo_adapter.NVRTC_IMPORTERS)
@@ -171,11 +171,11 @@ def test_a_damaged_space_stops_the_section_before_anything_is_committed(tmp_path
 
     import soundfile as sf
 
-    from batch_assets.gpu.faults import DeviceFault, interpreter_damaged
-    from batch_assets.gpu.levers import Levers
-    from batch_assets.gpu.resources import GpuResource
-    from batch_assets.gpu.runner import FlightWork, run_section
-    from batch_assets.gpu.section import SectionUnit
+    from batch_assets.gpu.device.faults import DeviceFault, interpreter_damaged
+    from batch_assets.gpu.section.flight import SectionUnit
+    from batch_assets.gpu.section.levers import Levers
+    from batch_assets.gpu.section.runner import FlightWork, run_section
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.long_units.long_audio import sample_audio_paths
 
     samples, rate = sf.read(sample_audio_paths(speech_only=True)[0], dtype="float32")

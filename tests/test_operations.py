@@ -53,7 +53,7 @@ def test_asset_job_covers_the_six_assets_and_their_checks_with_retries():
 @pytest.mark.e2e
 def test_one_run_carries_several_partitions_each_with_its_own_materialization(tmp_path, lock_dir):
     from batch_assets.definitions import all_assets, transcripts_checks
-    from batch_assets.gpu.resources import GpuResource, model_loads
+    from batch_assets.gpu.steps.resources import GpuResource, model_loads
 
     layout = {"2026-02-01": ["meetings/planning.mp3"],
               "2026-02-02": ["silence/empty_room.wav", "calls/2026/support_call.flac"]}
@@ -117,12 +117,12 @@ def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
 
 def test_progress_is_one_line_rewritten_on_a_terminal_and_a_line_each_elsewhere(tmp_path):
     """What `batch-assets run` does with the GPU steps' progress lines (cli/run_output.py: Terminal), on a real
-    pseudo-terminal and on a file; the lines themselves come from gpu/progress.py."""
+    pseudo-terminal and on a file; the lines themselves come from gpu/steps/progress.py."""
     import os
     import pty
 
     from batch_assets.cli.run_output import Terminal
-    from batch_assets.gpu.progress import StepProgress
+    from batch_assets.gpu.steps.progress import StepProgress
 
     progress = StepProgress("2026-01-15 shard 0", planned_flights=3, planned_audio_s=3600.0, started=0.0)
     progress.resumed(1, 1200.0)  # committed by an earlier attempt

@@ -12,7 +12,7 @@ CPU = torch.device("cpu")
 
 @pytest.mark.slow
 def test_parakeet_shaped_has_parakeet_tdt_0_6b_v2_sizes_and_transcribes_through_our_asr_path():
-    from batch_assets.gpu.asr import Segment, transcribe_segments
+    from batch_assets.gpu.asr.transcribe import Segment, transcribe_segments
     from batch_assets.models.loaders import load_asr_model
 
     from .test_embedding_trunk import speech
@@ -55,7 +55,7 @@ def test_each_shaped_asr_model_has_its_production_models_tokenizer_size_and_head
 
 
 def test_community1_shaped_is_laid_out_like_community_1():
-    from batch_assets.gpu import pyannote_adapter as adapter
+    from batch_assets.gpu.adapters import pyannote_adapter as adapter
     from batch_assets.models.loaders import load_diarization_pipeline
 
     pipeline = load_diarization_pipeline(shaped.COMMUNITY1_SHAPED, CPU, 32, 32)
@@ -68,7 +68,7 @@ def test_community1_shaped_is_laid_out_like_community_1():
 
 
 def test_community1_shaped_segments_with_segmentation_3_0s_network_on_10_s_chunks():
-    from batch_assets.gpu import pyannote_adapter as adapter
+    from batch_assets.gpu.adapters import pyannote_adapter as adapter
     from batch_assets.models.loaders import load_diarization_pipeline
 
     pipeline = load_diarization_pipeline(shaped.COMMUNITY1_SHAPED, CPU, 32, 32)

@@ -7,24 +7,24 @@ from importlib.metadata import version
 import pytest
 import torch
 
-from batch_assets.gpu import pyannote_adapter as adapter
+from batch_assets.gpu.adapters import pyannote_adapter as adapter
 from batch_assets.models import builtin
 from batch_assets.models.loaders import load_diarization_pipeline
 
 
 def test_pyannote_is_the_version_the_adapter_was_checked_against():
     assert version("pyannote.audio") == adapter.PYANNOTE_CHECKED, (
-        f"pyannote.audio {version('pyannote.audio')} is installed; batch_assets/gpu/pyannote_adapter.py and the "
-        f"levers in gpu/diarization.py were checked against {adapter.PYANNOTE_CHECKED}: re-check them, then update "
-        "PYANNOTE_CHECKED and STOCK_SOURCES"
+        f"pyannote.audio {version('pyannote.audio')} is installed; batch_assets/gpu/adapters/pyannote_adapter.py "
+        f"and the levers in gpu/diarization/ were checked against {adapter.PYANNOTE_CHECKED}: re-check them, then "
+        "update PYANNOTE_CHECKED and STOCK_SOURCES"
     )
 
 
 @pytest.mark.parametrize("qualname", sorted(adapter.STOCK_SOURCES))
 def test_the_stock_methods_the_levers_stand_in_for_are_unchanged(qualname):
     assert adapter.stock_source_digest(qualname) == adapter.STOCK_SOURCES[qualname], (
-        f"pyannote's {qualname} changed: compare it with LeveredSpeakerDiarization (gpu/diarization.py), which "
-        "re-implements or wraps it, then update STOCK_SOURCES in gpu/pyannote_adapter.py"
+        f"pyannote's {qualname} changed: compare it with LeveredSpeakerDiarization (gpu/diarization/pipeline.py), "
+        "which re-implements or wraps it, then update STOCK_SOURCES in gpu/adapters/pyannote_adapter.py"
     )
 
 

@@ -24,8 +24,8 @@ import polars as pl
 import pytest
 import soundfile as sf
 
-from batch_assets.gpu.lock import lock_path
-from batch_assets.gpu.resources import GpuResource, model_loads
+from batch_assets.gpu.device.lock import lock_path
+from batch_assets.gpu.steps.resources import GpuResource, model_loads
 from batch_assets.ingest.fetch import FetchError, RetryPolicy, download, with_retries
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
@@ -432,7 +432,7 @@ def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_and_the_next_run_st
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_a_process_waiting_for_the_section_lock(tmp_path, sig):
-    code = ("from batch_assets.gpu.lock import device_section\nprint('waiting', flush=True)\n"
+    code = ("from batch_assets.gpu.device.lock import device_section\nprint('waiting', flush=True)\n"
             f"with device_section({str(tmp_path)!r}, 'cpu'):\n    print('entered', flush=True)\n")
     def default_signals() -> None:
         # What a run worker starts with. The test runner's own state must not leak in: once, in a full suite run,

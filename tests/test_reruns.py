@@ -114,7 +114,7 @@ def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
             expected = marked_units.filter(pl.col("unit_id") != rerun_id)
         assert others.equals(expected), key  # kept as they were, in the same order
         assert after[key]["unit_id"].to_list() == before["unit_id"].to_list(), key  # same rows, same order
-    gated = _gate_unit(original, after, rerun_id)  # units' text is their words joined (gpu/tables.py)
+    gated = _gate_unit(original, after, rerun_id)  # units' text is their words joined (gpu/outputs/tables.py)
     assert gated.baseline_words > 0 and gated.passed, gated.table()
     assert "STALE" not in after["transcripts", "words"]["word"].to_list()
     assert (after["transcripts", "units"].filter(pl.col("unit_id") != rerun_id)["text"].str.ends_with(" KEPT")).all()

@@ -1,4 +1,4 @@
-"""Which flights each GPU step of a re-execution owns, and which are left over (batch_assets/gpu/resume.py), on
+"""Which flights each GPU step of a re-execution owns, and which are left over (batch_assets/gpu/steps/resume.py), on
 plain values.
 
 The end-to-end cases (real kills, real re-executions) are in tests/test_deployed.py; these pin the rules.
@@ -6,7 +6,7 @@ The end-to-end cases (real kills, real re-executions) are in tests/test_deployed
 
 import polars as pl
 
-from batch_assets.gpu.resume import (
+from batch_assets.gpu.steps.resume import (
     PlannedFlight,
     executing_shards,
     leftover_shards,

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from batch_assets.gpu.tables import (
+from batch_assets.gpu.outputs.tables import (
     REGIONS_SCHEMA,
     SPEAKERS_SCHEMA,
     TRANSCRIPT_UNITS_SCHEMA,

@@ -1,4 +1,4 @@
-"""The typed values between the GPU section's steps (`gpu/shard_values.py`) through the JSON IO manager, and those
+"""The typed values between the GPU section's steps (`gpu/steps/shard_values.py`) through the JSON IO manager, and those
 an older deploy wrote as plain dicts (a run re-executed across a deploy) read back as the same types."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import dagster as dg
 
 from batch_assets.gpu.assets import assemble_gpu_tables, gpu_leftover, gpu_shard, list_leftover_flights, plan_gpu_shards
-from batch_assets.gpu.shard_values import ShardReport, ShardSpec, from_json, to_json
+from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec, from_json, to_json
 from batch_assets.orchestration.io_manager import StorageJsonIOManager
 from batch_assets.storage.resource import StorageResource
 

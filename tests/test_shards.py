@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from batch_assets.gpu.shards import plan_shards
+from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.storage.lease import LeaseHeld, PartitionLease, _exclusive_create
 from batch_assets.storage.resource import SAMPLE_PARTITION, StorageResource
 
@@ -192,14 +192,14 @@ def test_a_failed_renewal_is_retried_and_logged(tmp_path):
 
 def _identity(**switches):
     """The identity of the builtin routing's commits, with `switches` over every switch's default."""
-    from batch_assets.gpu.resources import GpuResource
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.switches import SWITCHES
 
     return GpuResource().commit_identity({s.name: s.default for s in SWITCHES} | switches)
 
 
 def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
-    from batch_assets.gpu.commits import FlightCommits
+    from batch_assets.gpu.outputs.commits import FlightCommits
 
     storage = StorageResource(storage_url=str(tmp_path))
     commits = FlightCommits(storage, P, "root-run", _identity())
@@ -221,11 +221,11 @@ def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
 
 
 def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path):
-    """What a resume after a redeploy compares (gpu/commit_identity.py): a model (by name, or by the checksum of its
-    file at the same path), a result-changing switch, the schema or package version; never an exact lever."""
-    from batch_assets.gpu.commit_identity import RESULT_SWITCHES, CommitIdentity
-    from batch_assets.gpu.commits import FlightCommits, why_kind
-    from batch_assets.gpu.resources import GpuResource
+    """What a resume after a redeploy compares (gpu/outputs/commit_identity.py): a model (by name, or by the checksum
+    of its file at the same path), a result-changing switch, the schema or package version; never an exact lever."""
+    from batch_assets.gpu.outputs.commit_identity import RESULT_SWITCHES, CommitIdentity
+    from batch_assets.gpu.outputs.commits import FlightCommits, why_kind
+    from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.models.builtin import TDT_WEIGHTS
     from batch_assets.switches import EXACT_SWITCHES
 
@@ -259,3 +259,13 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     record = tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json"
     record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "identity"}))
     assert "records no identity" in judged(other)
+
+
+def test_the_package_version_digests_every_module_of_the_package():
+    """Wherever commit_identity.py sits in the package, its code digest covers all of the package, not its folder."""
+    import batch_assets
+    from batch_assets.gpu.outputs.commit_identity import package_sources
+
+    package = pathlib.Path(batch_assets.__file__).resolve().parent
+    assert package_sources() == sorted(package.rglob("*.py"))
+    assert package / "definitions.py" in package_sources() and package / "ingest" / "units.py" in package_sources()

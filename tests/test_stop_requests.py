@@ -1,5 +1,5 @@
-"""A stop signal swallowed where it was raised still stops a GPU step at its next safe point (`gpu/stop_requests.py`).
-
+"""A stop signal swallowed where it was raised still stops a GPU step at its next safe point
+(`gpu/steps/stop_requests.py`).
 The end-to-end case (a run and its GPU step sent SIGTERM as the step starts) is in test_reliability.py; this is
 the mechanism on its own, in this process: a real signal, a handler that raises as Dagster's does, and library
 code that swallows what it raises."""
@@ -12,7 +12,7 @@ import signal
 import dagster as dg
 import pytest
 
-from batch_assets.gpu.stop_requests import stop_requests
+from batch_assets.gpu.steps.stop_requests import stop_requests
 
 
 class Raised(BaseException):

@@ -7,8 +7,8 @@ import dataclasses
 
 import yaml
 
-from batch_assets.gpu.levers import Levers
-from batch_assets.gpu.run_config import GpuSectionConfig, LeverConfig
+from batch_assets.gpu.section.levers import Levers
+from batch_assets.gpu.steps.run_config import GpuSectionConfig, LeverConfig
 from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import (
     APPROXIMATE_SWITCHES,
@@ -41,10 +41,10 @@ def test_run_config_has_exactly_the_registry_switches_with_its_descriptions():
 
 
 def test_the_result_changing_switches_are_the_ones_every_commit_judging_step_reads():
-    """A flight's commit records the result-changing switches (gpu/commit_identity.py); the leftover listing and
+    """A flight's commit records the result-changing switches (gpu/outputs/commit_identity.py); the leftover listing and
     the assembly read them from ResultSwitchConfig, the shard steps from LeverConfig."""
-    from batch_assets.gpu.commit_identity import RESULT_SWITCHES
-    from batch_assets.gpu.run_config import AssembleConfig, ExactLeverConfig, ListConfig, ResultSwitchConfig
+    from batch_assets.gpu.outputs.commit_identity import RESULT_SWITCHES
+    from batch_assets.gpu.steps.run_config import AssembleConfig, ExactLeverConfig, ListConfig, ResultSwitchConfig
     from batch_assets.switches import EXACT_SWITCHES
 
     assert list(ResultSwitchConfig.model_fields) == list(RESULT_SWITCHES)

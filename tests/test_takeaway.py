@@ -23,7 +23,7 @@ from pyannote.database.util import load_rttm
 
 from batch_assets.exports.assets import ASSET
 from batch_assets.exports.formats import FORMATS
-from batch_assets.gpu.tables import TABLE_SCHEMAS
+from batch_assets.gpu.outputs.tables import TABLE_SCHEMAS
 from batch_assets.storage.resource import SAMPLE_PARTITION
 
 from .conftest import make_resources, materialize_partition

@@ -23,7 +23,7 @@ def fetch_models() -> int:
     from huggingface_hub import constants
     from nemo.utils.data_utils import resolve_cache_dir
 
-    from batch_assets.gpu.loaded import load_models
+    from batch_assets.gpu.section.loaded import load_models
     from batch_assets.models.builtin import cache_root
     from batch_assets.settings import current_routing, current_settings
 

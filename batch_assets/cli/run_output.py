@@ -3,7 +3,7 @@
 Read from the instance's event log (the same events the UI shows), not from the processes' output: the CLI
 sends Dagster's own console log and the libraries' warnings to a log file (`--verbose` shows them live),
 and a watcher thread prints each step as it finishes, with what it did (from its materializations), and each
-GPU step's progress line as a flight is committed (`gpu/progress.py`): on a terminal, one status line rewritten
+GPU step's progress line as a flight is committed (`gpu/steps/progress.py`): on a terminal, one status line rewritten
 in place; otherwise (a file, a pipe, a CI log) one line per flight.
 """
 
@@ -17,7 +17,7 @@ from typing import TextIO
 
 import dagster as dg
 
-from batch_assets.gpu.progress import PREFIX as PROGRESS_PREFIX
+from batch_assets.gpu.steps.progress import PREFIX as PROGRESS_PREFIX
 
 LAUNCH_TAG = "batch_assets/cli_launch"  # finds the run that `execute_job` creates, before it returns
 # what a step's materializations say about it, in this order (the first partition's, summed over partitions)

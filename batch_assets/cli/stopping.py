@@ -15,7 +15,7 @@ pool slot freed). When that time is up, or at a second signal, the guard stops i
 process this one started (the step processes and theirs) with SIGKILL, reports the run canceled if it has not
 ended, frees its `gpu` pool slots, releases the partitions' leases, and exits (130 after SIGINT, 143 after
 SIGTERM). The next run of the partition starts at once. A flight a killed step was committing is cut off and
-redone by the next run (`gpu/commits.py`); nothing else is lost.
+redone by the next run (`gpu/outputs/commits.py`); nothing else is lost.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import dataclasses
 
 import polars as pl
 
-from batch_assets.gpu.tables import segment_indices
+from batch_assets.gpu.outputs.tables import segment_indices
 from batch_assets.models.languages import word_separator
 
 
@@ -28,8 +28,8 @@ class Turn:
 
 
 def turns(words: pl.DataFrame, language: str | None = None) -> list[Turn]:
-    """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/tables.py`; the words
-    of a `language` written without spaces joined with nothing."""
+    """One unit's words (word_index order) grouped into speaker turns: the `segments` of `gpu/outputs/tables.py`; the
+    words of a `language` written without spaces joined with nothing."""
     separator = word_separator(language)
     found: list[Turn] = []
     segment, current, speaker, start, end = None, [], "", 0.0, 0.0

@@ -9,13 +9,13 @@ shard and leftover steps ask for a GPU:
    plan order, into shards of at most `shard_audio_seconds`;
 2. `gpu_shard`, one step per shard (Dagster dynamic outputs): pool `gpu` (sized to the GPUs), one
    `nvidia.com/gpu` pod on Kubernetes (its op tags), the cross-process device lock around the section.
-   It runs the typed runner (`gpu/runner.py`) and commits each finished flight durably
-   (`gpu/commits.py`), keyed by the run's root run id: a retry, a run retry from failure or a
+   It runs the typed runner (`gpu/section/runner.py`) and commits each finished flight durably
+   (`gpu/outputs/commits.py`), keyed by the run's root run id: a retry, a run retry from failure or a
    re-execution from failure reuses the valid commits;
 3. `list_leftover_flights` (CPU): once every shard step that ran succeeded, lists the planned flights still
-   without a valid commit (`gpu/leftovers.py`: a re-execution from failure reruns only the shard steps that
+   without a valid commit (`gpu/steps/leftovers.py`: a re-execution from failure reruns only the shard steps that
    had started) and emits one `gpu_leftover` step per shard they fall in, none when nothing is left;
-4. `gpu_leftover`, a GPU step like `gpu_shard` (pool, tags, retry), for those flights (`gpu/resume.py`);
+4. `gpu_leftover`, a GPU step like `gpu_shard` (pool, tags, retry), for those flights (`gpu/steps/resume.py`);
 5. `assemble_gpu_tables` (CPU, no model): builds the three assets' tables from the commits and replaces the
    partition's tables atomically (or, for a `units` rerun, only those units' rows), records each asset's
    metadata, releases the lease and removes the step values of runs that succeeded or were re-executed
@@ -27,11 +27,12 @@ own materializations; a GPU step loads the models once for all the shards it run
 
 import dagster as dg
 
-from batch_assets.gpu.assembly import assemble_one
-from batch_assets.gpu.leftovers import leftover_specs
-from batch_assets.gpu.resources import GpuResource
-from batch_assets.gpu.resume import shard_mapping_key, shard_specs
-from batch_assets.gpu.run_config import (
+from batch_assets.gpu.outputs.tables import tables_to_keep
+from batch_assets.gpu.steps.assembly import assemble_one
+from batch_assets.gpu.steps.leftovers import leftover_specs
+from batch_assets.gpu.steps.resources import GpuResource
+from batch_assets.gpu.steps.resume import shard_mapping_key, shard_specs
+from batch_assets.gpu.steps.run_config import (
     AssembleConfig,
     ListConfig,
     PlanConfig,
@@ -40,11 +41,10 @@ from batch_assets.gpu.run_config import (
     gpu_section_config,
     run_hints,
 )
-from batch_assets.gpu.shard_values import ShardReport, ShardSpec
-from batch_assets.gpu.shard_work import read_planned_flights, run_shard, selected_units
-from batch_assets.gpu.shards import plan_shards
-from batch_assets.gpu.stop_requests import stop_requests
-from batch_assets.gpu.tables import tables_to_keep
+from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
+from batch_assets.gpu.steps.shard_work import read_planned_flights, run_shard, selected_units
+from batch_assets.gpu.steps.shards import plan_shards
+from batch_assets.gpu.steps.stop_requests import stop_requests
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.orchestration.partitions import backfill_policy, daily_partitions

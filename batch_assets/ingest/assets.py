@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from batch_assets.gpu.run_config import refuse_a_bad_run_language
+from batch_assets.gpu.steps.run_config import refuse_a_bad_run_language
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest

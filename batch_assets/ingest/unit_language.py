@@ -2,7 +2,7 @@
 
 The order: a JSON sidecar's `language` (`call.flac.json`: `{"language": "es"}`, read into the manifest's
 `sidecar_language`), then the run's (`ops.gpu_section.config.language`; `batch-assets run --language CODE`), else
-`auto`: the GPU section detects it from the unit's speech (`gpu/language_id.py`). A run's code is checked before any
+`auto`: the GPU section detects it from the unit's speech (`gpu/asr/language_id.py`). A run's code is checked before any
 work (`models/languages.py: run_language`); a sidecar's bad code fails that unit only, its reason naming the code.
 A declared code with no ASR model is not an error: the unit is published `unsupported_language`.
 """

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.gpu.tables import LANGUAGE_COLUMNS, segment_indices
+from batch_assets.gpu.outputs.tables import LANGUAGE_COLUMNS, segment_indices
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
 from batch_assets.models.languages import word_separator

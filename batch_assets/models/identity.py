@@ -1,7 +1,7 @@
 """What names a model in a flight's commit record: its name or path, and a checksum of its local file(s).
 
 Why: a resume reuses a flight's commit only when the models that made it are the models the resumed run loads
-(`gpu/commit_identity.py`). A name alone does not say that: `weights/tiny-tdt.nemo` retrained, or a `.nemo`
+(`gpu/outputs/commit_identity.py`). A name alone does not say that: `weights/tiny-tdt.nemo` retrained, or a `.nemo`
 replaced at the same path by a redeploy, keeps its name. So a model given as a local file, a folder (a pyannote
 pipeline) or a `builtin:` (resolved to its files as the loaders resolve it) is identified by its name and the
 sha256 of its bytes (a folder: of each file's relative path and sha256). A `builtin:` is identified by the files
@@ -9,7 +9,7 @@ the repo ships for it (`builtin.shipped_files`: its trained weights), never buil
 without models (the leftover listing, the assembly) imports no model library. A hub name
 (`nvidia/parakeet-tdt-0.6b-v2`, `langid_ambernet`), a production-shaped builtin (built in memory from code and a
 seed) and an untrained builtin have no file to read: their name stands alone, and the package's code digest in the
-record (`gpu/commit_identity.py`) covers the code that builds them.
+record (`gpu/outputs/commit_identity.py`) covers the code that builds them.
 
 Checksums are computed once per process and file (keyed by path, size and modification time): a 2.5 GB `.nemo`
 costs about 2 s to hash on a local disk, in every step that judges commits.

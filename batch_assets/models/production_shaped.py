@@ -21,7 +21,7 @@ models users run. These names can be given wherever a model name goes (`BATCH_AS
   published config: the same encoder on 80 mel features, the TDT head as above, and an auxiliary CTC head
   (`ConvASRDecoder`, CTC loss weight 0.3) over a SentencePiece vocabulary of 3072 pieces (trained here on
   Japanese kana sentences; the published one also holds kanji). The section decodes with the TDT head
-  (`gpu/asr.py`), as the published model does by default.
+  (`gpu/asr/transcribe.py`), as the published model does by default.
 - `builtin:community-1-shaped`: a pyannote pipeline folder laid out like
   pyannote/speaker-diarization-community-1 (`SpeakerDiarization`, VBx clustering with its parameters,
   `embedding_exclude_overlap`, batch sizes 32): the embedding model is pyannote's `WeSpeakerResNet34`

@@ -2,7 +2,7 @@
 
 Why not Dagster's default: on Kubernetes each step runs in its own pod, so step outputs must live where
 every pod can read them; the project's storage (local or S3) already is. Values are small: the typed shard
-specs and reports of `gpu/shard_values.py`, tagged with their type; audio and tables never travel this way.
+specs and reports of `gpu/steps/shard_values.py`, tagged with their type; audio and tables never travel this way.
 Files go under `{storage}/.dagster-io/{run_id}/{step}/{output}[/{mapping_key}].json`.
 
 A failed run keeps its values (a re-execution from failure loads them); once it, or a re-execution of it, has
@@ -17,7 +17,7 @@ import posixpath
 
 import dagster as dg
 
-from batch_assets.gpu.shard_values import VALUE_TYPES, from_json, to_json
+from batch_assets.gpu.steps.shard_values import VALUE_TYPES, from_json, to_json
 from batch_assets.storage.resource import StorageResource
 
 VALUES_FOLDER = ".dagster-io"

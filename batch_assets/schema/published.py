@@ -5,7 +5,7 @@ column (a Date, first), so a glob over days keeps the day: `pl.scan_parquet("sto
 Times (the `*_s` columns below) are rounded to milliseconds, a `reason` with nothing to say is null, and every
 column's description (`columns.py`) is written into the parquet schema as the field's `description` metadata.
 The pipeline reads its own tables back without `day` (`StorageResource.read_parquet`), so the typed schemas in
-`gpu/tables.py` and `ingest/` stay the tables' content.
+`gpu/outputs/tables.py` and `ingest/` stay the tables' content.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def npy_header(stream: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 def npy_bytes(array: np.ndarray, url: str) -> bytes:
     """`array` as `.npy` bytes, their header checked to parse back to its dtype and shape (the data after it is the
-    array's own bytes) before anything is written: a damaged interpreter (`gpu/faults.py: check_interpreter`)
+    array's own bytes) before anything is written: a damaged interpreter (`gpu/device/faults.py: check_interpreter`)
     writes NUL header padding."""
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
@@ -46,7 +46,7 @@ def npy_bytes(array: np.ndarray, url: str) -> bytes:
         shape, _, dtype = npy_header(io.BytesIO(data))
     except Exception as error:  # numpy raises ValueError, or on 3.12 tokenize.TokenError, for a damaged header
         raise UnreadableArray(f"{url}: the .npy bytes made for it do not load back ({type(error).__name__}: "
-                              f"{str(error)[:200]}); nothing written. A damaged interpreter (gpu/faults.py: "
+                              f"{str(error)[:200]}); nothing written. A damaged interpreter (gpu/device/faults.py: "
                               "check_interpreter) does this: rerun in a fresh process") from None
     if dtype != array.dtype or shape != array.shape:
         raise UnreadableArray(f"{url}: the .npy bytes made for it load back as {dtype} {shape}, not "

@@ -7,7 +7,7 @@ sentences of its common words (`models/sentences.py`; Japanese in kana), spoken 
 (`training/corpus.py: VOICES`), with disjoint validation and test sentences, and a second test split spoken by
 voices training never heard. The model (`langid_config.builtin_config`: NeMo's `EncDecSpeakerLabelModel`,
 AmberNet's class at ~0.2 M parameters) learns to name the language of an utterance, also of a crop of it as short
-as the section gives it (`gpu/language_id.py`), until the time budget runs out, keeping the checkpoint with the
+as the section gives it (`gpu/asr/language_id.py`), until the time budget runs out, keeping the checkpoint with the
 best validation accuracy. Writes `batch_assets/models/weights/tiny-langid.nemo` and a JSON report with the test
 accuracies per language.
 """

@@ -1,0 +1,9 @@
+"""Every reach into the model libraries' private parts, one module per library, each pinned by a test that fails
+loudly on an upgrade.
+
+`pyannote_adapter.py` (pyannote.audio's segmentation `Inference`, embedding wrapper and model, `Audio` crops;
+`tests/test_pyannote_adapter.py`), `nemo_adapter.py` (NeMo's `run_nvrtc` compile-log buffer kept off CPython's
+shared `b" "`; `tests/test_nvrtc_log.py`).
+
+May import: nothing else in gpu/.
+"""
