@@ -86,7 +86,7 @@ def vad_flight(pipeline, waveforms: dict[str, np.ndarray], batched: bool, forwar
             out.seconds.append((device_s, time.perf_counter() - started - device_s))
         except Exception as error:  # a unit's audio broke the batch: unit by unit, so that one bad unit stays one
             raise_if_device_fault(error, f"batched VAD of {', '.join(waveforms)}")
-            out.batch_fallback, out.results = True, {}
+            out.batch_fallback = True
     for uid, waveform in waveforms.items():
         if uid in out.results:
             continue

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from batch_assets.gpu.outputs.tables import OUTCOMES_SCHEMA, TABLE_SCHEMAS
-from batch_assets.models.identity import ModelIdentity, model_identity
+from batch_assets.models.identity import ModelIdentity, files_sha256, model_identity
 from batch_assets.switches import SWITCHES
 
 RESULT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind in ("numbers", "approximate"))
@@ -53,9 +53,7 @@ def package_sources() -> list[pathlib.Path]:
 @functools.cache
 def package_version() -> str:
     """`0.1.0+src.<digest of every .py file of the package>`: a redeploy with other code is another version."""
-    lines = [f"{p.relative_to(PACKAGE_ROOT).as_posix()} {hashlib.sha256(p.read_bytes()).hexdigest()}"
-             for p in package_sources()]
-    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+    digest = files_sha256(PACKAGE_ROOT, package_sources())[:12]
     return f"{importlib.metadata.version('batch_assets')}+src.{digest}"
 
 
