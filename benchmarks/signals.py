@@ -8,9 +8,9 @@ its first step's start and its assembly's start (measured on an unsignalled run 
 the moment, the steps running then, the seconds until the command ended, its exit code, the run's status, the
 pool slots still claimed, the partition lease's state, and whether the next run of the partition (run to the end)
 succeeded without waiting for a slot or a lease. It prints the tries and the longest exit.
-`--second-signal S`: a second SIGINT S seconds after the first (the guard then ends it at once).
-To measure another checkout's command, run the script with that checkout as the working directory and on
-`PYTHONPATH` (`python -m batch_assets.cli` takes the package from the working directory first).
+`--second-signal S`: a second SIGINT S seconds after the first (the guard then stops it at once; the command returns
+about 2 s later). To measure another checkout's command, run the script with that checkout as the working directory
+and on `PYTHONPATH` (`python -m batch_assets.cli` takes the package from the working directory first).
 
     .venv/bin/python benchmarks/signals.py [--tries 20] [--seed 48] [--json bench_out/signals.json]
 """

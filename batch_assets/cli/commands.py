@@ -8,7 +8,7 @@ BATCH_ASSETS_SOURCE_URL says otherwise), the SQLite instance under `dagster_home
 in `dagster dev` afterwards), and the offline builtin models. The job runs on the instance with its
 own executor (one process per step), tags and checks, exactly as the schedule or a UI launch runs it.
 Before it launches, runs of this instance whose processes died are failed and their gpu slots freed. Ctrl-C
-(or SIGTERM) ends a run within 30 s, a second Ctrl-C at once, with nothing left held (`cli/stopping.py`).
+(or SIGTERM) ends a run within 30 s, a second Ctrl-C within about 2 s, with nothing left held (`cli/stopping.py`).
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     `last` in one run, as a backfill run does: the models are loaded once for all of them. Prints each GPU
     step's progress (a line per committed flight), one line per step, the checks and a summary; the event log
     goes to a file under $DAGSTER_HOME/logs (`verbose`: live). `units`: rerun only these units of the partition
-    (the GPU assets and the exports; other units' rows kept). SIGINT or SIGTERM ends it within 30 s, a second at
-    once (`cli/stopping.py`): 130 or 143 is returned."""
+    (the GPU assets and the exports; other units' rows kept). SIGINT or SIGTERM ends it within 30 s, a second
+    within about 2 s (`cli/stopping.py`): 130 or 143 is returned."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
@@ -108,7 +108,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         if log_path:
             emit(f"batch-assets: Dagster's event log and library warnings: {log_path} (--verbose shows them here)")
         watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit, terminal.status).start()
-        guard = StopGuard(lambda name: stop_run(tags[LAUNCH_TAG], partitions, storage, name, emit), emit)
+        guard = StopGuard(lambda name: stop_run(tags[LAUNCH_TAG], partitions, storage, name, emit, guard.finished),
+                          emit)
         started = time.perf_counter()
         try:
             with guard.watching():

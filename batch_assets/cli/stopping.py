@@ -12,10 +12,12 @@ So a `StopGuard` watches for the signals beside Dagster (through `signal.set_wak
 handler feeds, Dagster's included, so no handler is replaced) on a thread of its own. The first signal gives
 Dagster `GRACE_S` to stop the run its own way (the steps interrupted at their next safe point, the run failed, its
 pool slot freed). When that time is up, or at a second signal, the guard stops it without Dagster: it kills every
-process this one started (the step processes and theirs) with SIGKILL, reports the run canceled if it has not
-ended, frees its `gpu` pool slots, releases the partitions' leases, and exits (130 after SIGINT, 143 after
-SIGTERM). The next run of the partition starts at once. A flight a killed step was committing is cut off and
-redone by the next run (`gpu/outputs/commits.py`); nothing else is lost.
+process this one started (the step processes and theirs) with SIGKILL, reports the run canceled if it had not
+ended before (after the failure Dagster reports as its killed steps end, which would otherwise race it), frees its
+`gpu` pool slots, releases the partitions' leases, and exits (130 after SIGINT, 143 after SIGTERM); the main
+thread, should its `execute_job` return meanwhile, waits for that stop to finish. The next run of the partition starts
+at once. A flight a killed step was committing is cut off and redone by the next run (`gpu/outputs/commits.py`);
+nothing else is lost.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator
 
 GRACE_S = 20.0  # Dagster's own stop; then the guard's (about a second), within the 30 s an operator is promised
 STOP_S = 8.0  # the guard's own stop (the instance and the storage answering) is cut off after this
+SETTLE_S = 2.0  # how long the guard's stop lets Dagster end the run once its steps are killed, before canceling it
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -78,6 +81,7 @@ class StopGuard:
         self.signals: list[int] = []  # those the guard has acted on
         self._pending: list[int] = []
         self.finished = threading.Event()  # the run's own ending: set by the main thread when execute_job returns
+        self._stopping = threading.Event()  # the guard's own stop has begun: the main thread waits for it to exit
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._thread = threading.Thread(target=self._watch, name="batch-assets-stop-guard", daemon=True)
@@ -95,6 +99,8 @@ class StopGuard:
             self.finished.set()
             signal.signal(signal.SIGTERM, previous_term)
             signal.set_wakeup_fd(previous_fd)
+            if self._stopping.is_set():  # the guard's stop exits the process when done: never leave it half done
+                self._thread.join()
 
     def _watch(self) -> None:
         first = self._next_signal(None)
@@ -105,11 +111,12 @@ class StopGuard:
         try:
             name = signal.Signals(first).name
             self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
-                      f"within {self.grace_s:.0f} s; {name} again ends it at once")
+                      f"within {self.grace_s:.0f} s; {name} again stops it now")
             second = self._next_signal(self.grace_s)
             why = "a second signal" if second is not None else f"Dagster's own stop took over {self.grace_s:.0f} s"
             self._say(f"batch-assets: {why}: stopping the run now (its processes killed, the run canceled, its gpu "
                       "pool slot and partition leases freed)")
+            self._stopping.set()
             deadline = threading.Timer(STOP_S, os._exit, (128 + first,))
             deadline.daemon = True
             deadline.start()
@@ -140,21 +147,28 @@ class StopGuard:
         return number
 
 
-def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say) -> None:
+def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say,
+             ended: threading.Event | None = None) -> None:
     """Stop the run tagged `launch` without Dagster (`cli/stopping.py`): kill this process's children, report the
-    run canceled unless it ended, free its `gpu` pool slots and release its partitions' leases."""
+    run canceled unless it had ended before, free its `gpu` pool slots and release its partitions' leases.
+    `ended`: set once Dagster has ended the run its own way (`StopGuard.finished`). Killed steps make Dagster's
+    executor report the run failed at once: the cancel waits for that (up to `SETTLE_S`) and comes after it, so
+    the run ends canceled, as the operator asked, whichever of the two threads is faster."""
     import dagster as dg
 
     from batch_assets.cli.run_output import launched_run
     from batch_assets.storage.lease import LeaseHeld, PartitionLease
 
-    killed = kill_descendants(os.getpid())
     with dg.DagsterInstance.get() as instance:
-        run = launched_run(instance, launch)
+        before = launched_run(instance, launch)
+        killed = kill_descendants(os.getpid())
+        run = before or launched_run(instance, launch)
         if run is None:
             say(f"batch-assets: no run was launched yet; {killed} process(es) killed")
             return
-        if not run.is_finished:
+        if ended is not None:
+            ended.wait(SETTLE_S)
+        if not (before is not None and before.is_finished):
             instance.report_run_canceled(run, message=f"batch-assets run stopped by {signal_name}: its processes were "
                                          "killed, Dagster's own stop had not ended it (batch_assets/cli/stopping.py)")
         free_finished_run(instance, launch)
