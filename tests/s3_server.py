@@ -18,6 +18,7 @@ import http.client
 import http.server
 import logging
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 
@@ -45,6 +46,7 @@ class FaultProxy:
         self.denied = 0
         self.before_get: Callable[[str], object] | None = None
         self.failures: collections.Counter = collections.Counter()
+        self.served: list[tuple[float, str, str, int]] = []  # (unix time, method, path, body bytes) of each answer
         self.lock = threading.Lock()
         proxy = self
 
@@ -117,6 +119,9 @@ class FaultProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 upstream.close()
+                with proxy.lock:
+                    proxy.served.append((time.time(), self.command, self.path.split("?")[0],
+                                         0 if self.command == "HEAD" else len(data)))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
 

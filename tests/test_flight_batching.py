@@ -27,6 +27,7 @@ from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.runner import FlightWork, run_section
 from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
 from batch_assets.gpu.steps.resources import GpuResource
+from batch_assets.ingest.flight_audio import FlightAudio
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
 from batch_assets.storage.resource import REPO_ROOT
@@ -233,10 +234,10 @@ def run_flights(models, units: dict[str, np.ndarray], levers: Levers, committed:
     names = list(units)
     flights = {f"flight-{i // 2:04d}": dict(list(units.items())[i : i + 2]) for i in range(0, len(names), 2)}
 
-    def load(flight_id: str) -> np.ndarray:
+    def load(flight_id: str) -> FlightAudio:
         if flight_id == fail_load_of:
             raise OSError(f"cannot read {flight_id}")
-        return flight(flights[flight_id])[0]
+        return FlightAudio(flight_id, flight(flights[flight_id])[0], {})
 
     def commit(flight_id: str, outcomes) -> None:
         if flight_id == fail_commit_of:

@@ -260,9 +260,9 @@ def test_skipped_keys_are_logged_escaped(tmp_path, lock_dir):
 @pytest.mark.e2e
 def test_a_file_swapped_after_listing_is_not_decoded(tmp_path, lock_dir):
     """Findings 4 and 5. Before: `call::1.wav` decoded its sibling `call`; a file swapped for a symlink out of the
-    partition, or for other audio, between `fetched_audio` and `prepared_flights` was decoded silently."""
+    partition, or for other audio, between `fetched_audio` and the GPU step that decodes it was decoded silently."""
+    from batch_assets.definitions import all_assets
     from batch_assets.gate.compare import _undecoded_s
-    from batch_assets.ingest.assets import fetched_audio, prepared_flights
 
     day = tmp_path / "source" / COLD_DAY
     day.mkdir(parents=True)
@@ -273,21 +273,21 @@ def test_a_file_swapped_after_listing_is_not_decoded(tmp_path, lock_dir):
     outside = tmp_path / "outside.wav"
     shutil.copy(SAMPLE / "meetings" / "standup.wav", outside)  # the very same bytes, outside the partition
     resources = make_resources(tmp_path / "storage", lock_dir, source=tmp_path / "source")
-    ingest = [fetched_audio, prepared_flights]
-    fetch = dg.materialize(ingest, selection=["fetched_audio"], partition_key=COLD_DAY, resources=resources)
+    fetch = dg.materialize(all_assets, selection=["fetched_audio"], partition_key=COLD_DAY, resources=resources)
     assert fetch.success
     (day / "linked.wav").unlink()
     (day / "linked.wav").symlink_to(outside)
     shutil.copy(SAMPLE / "meetings" / "planning.mp3", day / "swapped.wav")
-    assert dg.materialize(ingest, selection=["prepared_flights"], partition_key=COLD_DAY, resources=resources).success
-    plan = resources["storage"].read_parquet("prepared_flights", COLD_DAY, "plan")
-    by_unit = {r["unit_id"]: r for r in plan.iter_rows(named=True)}
-    assert by_unit["call__1.wav-" + by_unit_suffix(by_unit, "call__1.wav")]["result_class"] == "ok"
+    rest = dg.AssetSelection.all() - dg.AssetSelection.assets("fetched_audio")
+    assert dg.materialize(all_assets, selection=rest, partition_key=COLD_DAY, resources=resources).success
+    units = resources["storage"].read_parquet("transcripts", COLD_DAY, "units")
+    by_unit = {r["unit_id"]: r for r in units.iter_rows(named=True)}
+    assert by_unit["call__1.wav-" + by_unit_suffix(by_unit, "call__1.wav")]["result_class"] == "transcribed"
     assert by_unit["linked.wav"]["result_class"] == "changed_since_listed"
     assert "symlink" in by_unit["linked.wav"]["reason"]
     assert by_unit["swapped.wav"]["result_class"] == "changed_since_listed"
     assert "now " in by_unit["swapped.wav"]["reason"] and "listed " in by_unit["swapped.wav"]["reason"]
-    assert by_unit["kept.wav"]["result_class"] == "ok"
+    assert by_unit["kept.wav"]["result_class"] == "silent"
     # `call::1.wav` decoded its own audio (the standup call), not its sibling `call` (the empty room)
     manifest = resources["storage"].read_parquet("fetched_audio", COLD_DAY, "manifest")
     call = manifest.filter(pl.col("relative_key") == "call::1.wav").row(0, named=True)

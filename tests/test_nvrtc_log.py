@@ -176,6 +176,7 @@ def test_a_damaged_space_stops_the_section_before_anything_is_committed(tmp_path
     from batch_assets.gpu.section.levers import Levers
     from batch_assets.gpu.section.runner import FlightWork, run_section
     from batch_assets.gpu.steps.resources import GpuResource
+    from batch_assets.ingest.flight_audio import FlightAudio
     from batch_assets.long_units.long_audio import sample_audio_paths
 
     samples, rate = sf.read(sample_audio_paths(speech_only=True)[0], dtype="float32")
@@ -193,7 +194,8 @@ def test_a_damaged_space_stops_the_section_before_anything_is_committed(tmp_path
     models.asr.transcribe = transcribe_then_damage
     try:
         with pytest.raises(DeviceFault, match="CPython's shared b' ' was overwritten"):
-            run_section(models, work, Levers(), load=lambda f: audio, commit=lambda f, outcomes: committed.append(f))
+            run_section(models, work, Levers(), load=lambda f: FlightAudio(f, audio, {}),
+                        commit=lambda f, outcomes: committed.append(f))
         assert interpreter_damaged()
     finally:
         ctypes.memmove(ctypes.c_char_p(bytes([32])), b"  ", 1)  # two spaces: not the shared object itself

@@ -139,8 +139,9 @@ def test_allow_shrink_replaces_the_partition(guarded, tmp_path):
     assert materialize_partition(shrinking, PARTITION, run_config=config).success
     units = storage.read_parquet("transcripts", PARTITION, "units")
     assert units["unit_id"].to_list() == ["meetings__planning.mp3"]
-    audio = root / "storage" / "prepared_flights" / PARTITION / "audio"
-    assert len(list(audio.iterdir())) == 1  # the replaced version's folder is gone, not left empty
+    scores = root / "storage" / "vad_scores" / PARTITION / "scores"
+    assert len(list(scores.iterdir())) == 1  # the replaced version's folder is gone, not left empty
+    assert not (root / "storage" / "prepared_flights" / PARTITION / "audio").exists()  # no decoded audio stored
 
 
 @pytest.mark.e2e
@@ -174,7 +175,7 @@ def test_symlinks_never_read_outside_the_partition_and_inside_ones_are_read_once
     for link in ("file_link_outside.wav", "passwd_link.wav", "folder_link_outside"):
         assert rows[link]["result_class"] == "rejected_key", rows[link]
         assert f"symlink {link!r}" in rows[link]["reason"] and "outside the partition" in rows[link]["reason"]
-        assert rows[link]["sha256"] is None  # never opened
+        assert rows[link]["version"] is None and rows[link]["probe_bytes"] is None  # never opened
     assert set(rows) == {"meetings/planning.mp3", "file_link_outside.wav", "passwd_link.wav", "folder_link_outside"}
     reasons = dict(zip(skipped["relative_key"], skipped["reason"], strict=True))
     assert "listed itself: read once" in reasons["alias.mp3"]

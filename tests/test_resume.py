@@ -33,7 +33,7 @@ def test_a_reexecution_runs_the_leftover_steps_it_names_for_this_partition_only(
 
 
 def test_leftover_flights_are_grouped_by_the_shard_the_plan_puts_them_in():
-    planned = [PlannedFlight(f, 40.0, 1, f"/{f}.npy", "x") for f in PLANNED]  # 90 s shards: as SHARDS
+    planned = [PlannedFlight(f, 40.0, 1, "x") for f in PLANNED]  # 90 s shards: as SHARDS
     assert leftover_shards(planned, [], 90.0) == [[], [], []]  # nothing left: no leftover step
     assert leftover_shards(planned, ["f4", "f2", "f3"], 90.0) == [[], ["f2", "f3"], ["f4"]]
     assert leftover_shards(planned, ["f1", "gone"], 90.0) == [["f1"], [], []]  # only planned flights
@@ -52,16 +52,19 @@ def test_every_leftover_flight_has_exactly_one_owner_among_the_leftover_steps_th
     assert owned_flights(1, SHARDS, [1], ["f2", "f3"]) == ["f2", "f3"]  # flights no longer planned are dropped
 
 
-def test_a_flights_fingerprint_follows_its_units_and_audio_not_its_file():
-    manifest = pl.DataFrame({"unit_id": ["a", "b"], "sha256": ["s1", "s2"]})
+def test_a_flights_fingerprint_follows_its_units_and_their_listed_objects():
+    manifest = pl.DataFrame({"unit_id": ["a", "b"], "bytes": [100, 200], "version": ["mtime_ns 1", "mtime_ns 2"]})
     plan = pl.DataFrame({"flight_id": ["f0", "f0"], "unit_id": ["a", "b"], "position": [0, 1],
                          "offset_samples": [0, 10], "num_samples": [10, 20], "result_class": ["ok", "ok"]})
-    flights = pl.DataFrame({"flight_id": ["f0"], "num_units": [2], "audio_s": [1.0], "audio_uri": ["/v1/f0.npy"]})
+    flights = pl.DataFrame({"flight_id": ["f0"], "num_units": [2], "audio_s": [1.0]})
     [first] = planned_flights(manifest, plan, flights)
-    [moved] = planned_flights(manifest, plan, flights.with_columns(pl.lit("/v2/f0.npy").alias("audio_uri")))
-    assert first.fingerprint == moved.fingerprint  # rematerialized, same audio: the commit is still good
-    [changed] = planned_flights(manifest.with_columns(pl.Series("sha256", ["s1", "other"])), plan, flights)
-    assert changed.fingerprint != first.fingerprint  # the audio changed: redo
+    [moved] = planned_flights(manifest, plan, flights.with_columns(pl.lit(9.0).alias("audio_s")))
+    assert first.fingerprint == moved.fingerprint  # rematerialized, same units and objects: the commit is still good
+    [changed] = planned_flights(manifest.with_columns(pl.Series("version", ["mtime_ns 1", "mtime_ns 3"])), plan,
+                                flights)
+    assert changed.fingerprint != first.fingerprint  # the object changed (another version listed): redo
+    [resized] = planned_flights(manifest.with_columns(pl.Series("bytes", [100, 201])), plan, flights)
+    assert resized.fingerprint not in (first.fingerprint, changed.fingerprint)
     assert planned_flights(manifest, plan, flights, units=["b"]) == [first]
     assert planned_flights(manifest, plan, flights, units=["zzz"]) == []
     assert plan_fingerprint([first]) == plan_fingerprint([moved]) != plan_fingerprint([changed])

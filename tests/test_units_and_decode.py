@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode, probe
+from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode
+from batch_assets.audio.header_probe import probe
 from batch_assets.ingest.units import key_problem, unit_ids
 
 

@@ -46,7 +46,8 @@ class AudioInfo:
         return self.frames / self.sample_rate if self.sample_rate else 0.0
 
 
-def _ffmpeg() -> str:
+def ffmpeg_exe() -> str:
+    """The ffmpeg binary the `imageio-ffmpeg` wheel ships."""
     import imageio_ffmpeg
 
     return imageio_ffmpeg.get_ffmpeg_exe()
@@ -81,20 +82,13 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
     """Decode with ffmpeg at the native rate and channel count (our downmix and resampler do the rest), its float
     samples read from a pipe a block at a time (a file input, not a pipe: mp4 containers need to seek).
     `AudioInfo.frames` is the header's estimate; the blocks are what decoded."""
-    probe = subprocess.run([_ffmpeg(), "-hide_banner", "-i", path], capture_output=True, text=True)
-    stream, duration = _STREAM.search(probe.stderr), _DURATION.search(probe.stderr)
-    if stream is None:
-        last = probe.stderr.strip().splitlines()[-1:] or ["no audio stream"]
-        raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
-    rate, channels = int(stream.group(1)), _channels_from(stream.group(2))
-    declared = 0
-    if duration is not None:
-        hours, minutes, seconds = duration.groups()
-        declared = int(round((int(hours) * 3600 + int(minutes) * 60 + float(seconds)) * rate))
+    probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", path], capture_output=True, text=True)
+    info = parse_ffmpeg_header(probe.stderr, need_duration=False)
+    channels = info.channels
 
     def blocks() -> Iterator[np.ndarray]:
         with open(os.path.join(scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full stderr pipe cannot stall it
-            process = subprocess.Popen([_ffmpeg(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec",
+            process = subprocess.Popen([ffmpeg_exe(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec",
                                         "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
             try:
                 size, pending = BLOCK_FRAMES * channels * 4, b""
@@ -111,33 +105,21 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
                 errors.seek(0)
                 raise DecodeError(f"ffmpeg could not decode: {errors.read().decode(errors='replace').strip()[:200]}")
 
-    return AudioInfo(rate, channels, declared), blocks()
+    return info, blocks()
 
 
-def _ffmpeg_probe(path: str) -> AudioInfo:
-    result = subprocess.run([_ffmpeg(), "-hide_banner", "-i", path], capture_output=True, text=True)
-    stream, duration = _STREAM.search(result.stderr), _DURATION.search(result.stderr)
-    if stream is None or duration is None:
-        raise DecodeError("not an audio file that soundfile or ffmpeg can read")
-    hours, minutes, seconds = duration.groups()
-    rate = int(stream.group(1))
-    total = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-    return AudioInfo(rate, _channels_from(stream.group(2)), int(round(total * rate)))
-
-
-def probe_file(path: str) -> AudioInfo:
-    """Rate, channels and length of a local file, from its header where the container allows it."""
-    try:
-        info = sf.info(path)
-        return AudioInfo(int(info.samplerate), int(info.channels), int(info.frames))
-    except Exception:  # soundfile cannot parse it: ask ffmpeg
-        return _ffmpeg_probe(path)
-
-
-def probe(data: bytes, suffix: str) -> AudioInfo:
-    """`probe_file` for bytes in memory."""
-    with _with_tempfile(data, suffix) as tmp:
-        return probe_file(tmp.name)
+def parse_ffmpeg_header(stderr: str, need_duration: bool = True) -> AudioInfo:
+    """Rate, channels and frames (from the duration it reports; 0 if none and not `need_duration`) of the first audio
+    stream in what `ffmpeg -i` printed; `DecodeError` when it names none."""
+    stream, duration = _STREAM.search(stderr), _DURATION.search(stderr)
+    if stream is None or (duration is None and need_duration):
+        last = stderr.strip().splitlines()[-1:] or ["no audio stream"]
+        raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
+    rate, frames = int(stream.group(1)), 0
+    if duration is not None:
+        hours, minutes, seconds = duration.groups()
+        frames = int(round((int(hours) * 3600 + int(minutes) * 60 + float(seconds)) * rate))
+    return AudioInfo(rate, _channels_from(stream.group(2)), frames)
 
 
 def to_target(samples: np.ndarray, sample_rate: int) -> np.ndarray:

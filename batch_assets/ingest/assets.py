@@ -1,7 +1,10 @@
-"""`fetched_audio` and `prepared_flights`: the data plane that feeds the GPU section.
+"""`fetched_audio` and `prepared_flights`: the listing and the flight plan that the GPU steps work from.
 
-Both write their tables under `{storage_url}/{asset}/{partition}/` (replacing the partition's previous
-outputs, so reruns are idempotent) and return only metadata: audio never travels through an IO manager.
+Both are cheap CPU steps: `fetched_audio` reads each object's size, version and header (ranged reads of its head and
+tail, never its body), `prepared_flights` packs the listed durations into flights. Neither fetches nor decodes
+audio: the GPU step that owns a flight does (`ingest/flight_audio.py`). Both write their tables under
+`{storage_url}/{asset}/{partition}/` (replacing the partition's previous outputs, so reruns are idempotent) and
+return only metadata.
 A run may carry several partitions (a backfill under the BackfillPolicy): each is processed in turn and
 gets its own materialization with its own metadata.
 """
@@ -45,8 +48,8 @@ class FetchConfig(DegradeConfig):
         default=MAX_RECORDING_SECONDS, gt=0,
         description="Safety limit only: longer units are classed too_long (long units are processed in windows: "
         "prepared_flights' max_unit_seconds)")
-    fetch_concurrency: int = Field(default=8, description="Objects fetched at once (threads)")
-    retry_attempts: int = Field(default=4, description="Attempts per object read before fetch_failed")
+    fetch_concurrency: int = Field(default=8, description="Objects whose headers are read at once (threads)")
+    retry_attempts: int = Field(default=4, description="Attempts per object's header read before fetch_failed")
     retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
     lease_wait_seconds: float = lease_wait_field()
     allow_shrink: bool = Field(
@@ -69,14 +72,11 @@ class PrepareConfig(DegradeConfig):
     decode_budget_seconds: float = Field(default=DECODE_BUDGET_S,
                                          description="Audio seconds per flight (shared decode budget)")
     max_units_per_flight: int = Field(default=MAX_UNITS_PER_FLIGHT)
-    decode_concurrency: int = Field(default=4, description="Units of a flight decoded at once (threads)")
     max_unit_seconds: float = Field(default=WINDOW_SECONDS, description="Longest audio processed in one piece: a "
                                     "longer unit is decoded, diarized and transcribed in windows of this length (whole "
                                     "seconds), its speakers linked across them")
     window_overlap_seconds: float = Field(default=WINDOW_OVERLAP_SECONDS, description="How much each window overlaps "
                                           "the next (whole seconds, at most a quarter of max_unit_seconds)")
-    retry_attempts: int = Field(default=4)
-    retry_base_delay_seconds: float = Field(default=0.5)
     lease_wait_seconds: float = lease_wait_field()
 
 
@@ -98,8 +98,9 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig,
                   storage: StorageResource) -> dg.MaterializeResult:
     """The partition's manifest: every audio object under `{source}/{partition}/`, once, with a result class.
 
-    Listed recursively and sorted; each object is fetched (with retries), checksummed and probed for
-    rate, channels and duration. Bad objects get a class and a reason instead of failing the partition.
+    Listed recursively and sorted; each object's size and storage version are recorded and its rate, channels and
+    duration read from its header (ranged reads of its head and tail, with retries: `audio/header_probe.py`); no
+    object is downloaded whole. Bad objects get a class and a reason instead of failing the partition.
     A source root that does not exist, or an output root that refuses writes, fails the step at once.
     A partition whose source now lists far fewer units than its current results (none, or under
     `shrink_guard_fraction`) is refused, keeping those results, unless the run config says:
@@ -165,6 +166,9 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
         "units_by_class": class_counts(manifest),
         "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
         "non_audio_objects_skipped": len(skipped),
+        # what listing read of the objects' bodies: headers only (audio/header_probe.py)
+        "header_bytes_read": int(manifest["probe_bytes"].sum() or 0),
+        "header_bytes_read_max_per_object": int(manifest["probe_bytes"].max() or 0),
         "source": dg.MetadataValue.path(source),
         "previous_units": previous if previous is not None else "none (first materialization)",
         "manifest": dg.MetadataValue.path(uri),
@@ -177,18 +181,18 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
     partitions_def=daily_partitions,
     group_name=GROUP,
     deps=[fetched_audio],
-    kinds={"python", "numpy"},
+    kinds={"python"},
     backfill_policy=backfill_policy,
     retry_policy=dg.RetryPolicy(max_retries=2, delay=10, backoff=dg.Backoff.EXPONENTIAL),
 )
 def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
                      storage: StorageResource) -> dg.MaterializeResult:
-    """The `ok` units decoded to 16 kHz mono float32 and packed into flights under the decode budget.
+    """The flight plan: the `ok` units packed into flights under the decode budget, from their listed durations.
 
-    Writes one `.npy` per flight plus the flight plan (`plan.parquet`: each unit's flight, offset and
-    length) and `flights.parquet`. Decoding holds one flight at a time, so memory is bounded by the
-    budget whatever the size of the partition. A unit longer than `max_unit_seconds` is decoded into
-    overlapped windows, a flight each (`batch_assets/long_units/windows.py`), so memory is bounded whatever its length.
+    Writes the plan (`plan.parquet`: each unit's flight, position and planned length) and `flights.parquet`; no
+    audio. The GPU step that owns a flight fetches and decodes its units (`ingest/flight_audio.py`), holding the
+    flights within the budget. A unit longer than `max_unit_seconds` is planned as overlapped windows, a flight each
+    (`batch_assets/long_units/windows.py`), decoded streaming into them, so memory is bounded whatever its length.
     """
     preflight(context, storage)
     for partition in context.partition_keys:
@@ -215,18 +219,10 @@ def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, 
 def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource,
                        partition: str, lease: PartitionLease) -> dict:
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    plan, flights = prepare_flights(manifest, budget_s=config.decode_budget_seconds,
+                                    max_units=config.max_units_per_flight, log=context.log.info,
+                                    windows=window_spec(config))
     with storage.replace_partition("prepared_flights", partition, fence=lease.check) as outputs:
-        plan, flights = prepare_flights(
-            manifest,
-            source_path_of=storage.filesystem,
-            write_flight=lambda flight_id, audio: outputs.write_array(audio, f"audio/{outputs.version}/{flight_id}"),
-            budget_s=config.decode_budget_seconds,
-            max_units=config.max_units_per_flight,
-            concurrency=config.decode_concurrency,
-            retries=RetryPolicy(config.retry_attempts, config.retry_base_delay_seconds),
-            log=context.log.info,
-            windows=window_spec(config),
-        )
         guard_degradation(context, config, storage, partition, with_source_uris(plan, manifest), "prepared_flights")
         plan_uri = outputs.write_parquet(plan, "plan")
         outputs.write_parquet(flights, "flights")

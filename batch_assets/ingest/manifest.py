@@ -1,9 +1,11 @@
 """Build a partition's manifest: every listed audio object, exactly once, with a result class.
 
 Listing is recursive under the partition prefix and sorted, so the manifest (and every id derived from
-it) is deterministic. Objects are fetched concurrently (threads: the work is IO), streamed in chunks
-to a temporary file while being checksummed (memory stays flat whatever the object size), and probed
-from that file's header; nothing is decoded in full here. Objects whose extension is not a supported
+it) is deterministic. Each object is described concurrently (threads: the work is IO) from its size, its
+storage version (`source_objects.py`: S3 ETag and VersionId, local modification time) and its header, read
+in ranges of its head (and tail) by `audio/header_probe.py`: no object is downloaded whole here, nothing is
+decoded. The GPU step reads each object once, to decode it, checks it is the version listed, and computes
+its sha256 as it streams (`ingest/stream.py`). Objects whose extension is not a supported
 audio format are not units, but they are listed in a `skipped` table so that nothing disappears silently;
 a unit's JSON sidecar (`call.flac.json`: speaker-count hints, `speaker_hints.py`) is listed there as a sidecar,
 and read into the unit's `hint_*` columns (or, when it is bad, `hint_problem`).
@@ -15,13 +17,21 @@ import concurrent.futures
 import io
 import os
 import posixpath
-import tempfile
 from collections.abc import Iterator
 
 import polars as pl
 
-from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, probe_file, suffix_of
-from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy, download
+from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, suffix_of
+from batch_assets.audio.header_probe import probe_object
+from batch_assets.ingest.fetch import (
+    DEFAULT_RETRIES,
+    ChangedSinceListed,
+    FetchError,
+    RetryPolicy,
+    download,
+    with_retries,
+)
+from batch_assets.ingest.source_objects import opened
 from batch_assets.ingest.speaker_hints import (
     MAX_SIDECAR_BYTES,
     SIDECAR_SUFFIX,
@@ -31,7 +41,6 @@ from batch_assets.ingest.speaker_hints import (
 )
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.schema.results import ResultClass
-from batch_assets.settings import current_settings
 from batch_assets.storage.paths import is_local, protocol
 
 MANIFEST_SCHEMA = {
@@ -39,7 +48,8 @@ MANIFEST_SCHEMA = {
     "source_uri": pl.String,
     "relative_key": pl.String,
     "bytes": pl.Int64,
-    "sha256": pl.String,
+    "version": pl.String,
+    "probe_bytes": pl.Int64,
     "duration_s": pl.Float64,
     "sample_rate": pl.Int64,
     "channels": pl.Int64,
@@ -108,26 +118,34 @@ def describe_object(
     fs, path: str, rel: str, max_recording_s: float, retries: RetryPolicy = DEFAULT_RETRIES, refused: str | None = None,
     partition_path: str | None = None,
 ) -> dict:
-    """One manifest row (without unit_id): fetch, checksum, probe, classify. `refused`: why not to read it at all;
+    """One manifest row (without unit_id): size, version, header probe, class. `refused`: why not to read it at all;
     `partition_path`: the folder a local object is opened beneath (no symlink followed)."""
     row: dict = {"source_uri": uri_of(fs, path), "relative_key": rel}
     problem = refused or key_problem(rel)
     if problem:
         return row | {"result_class": ResultClass.REJECTED_KEY, "reason": problem}
-    with tempfile.NamedTemporaryFile(suffix=suffix_of(rel), dir=current_settings().tmp_dir) as staged:
-        try:
-            size, sha256 = download(fs, path, staged, retries, confine_to=partition_path)
-        except FetchError as error:
-            return row | {"result_class": ResultClass.FETCH_FAILED, "reason": str(error)}
-        except ChangedSinceListed as error:
-            return row | {"result_class": ResultClass.CHANGED_SINCE_LISTED, "reason": str(error)}
-        row |= {"bytes": size, "sha256": sha256}
-        if size == 0:
-            return row | {"result_class": ResultClass.EMPTY, "reason": "zero bytes"}
-        try:
-            info = probe_file(staged.name)
-        except DecodeError as error:
-            return row | {"result_class": ResultClass.UNDECODABLE, "reason": str(error)}
+
+    def describe():
+        with opened(fs, path, partition_path) as (version, read_range):
+            if version.size == 0:
+                return version, None, 0
+            try:
+                info, reader = probe_object(version.size, read_range, suffix_of(rel))
+            except DecodeError as error:
+                return version, error, 0
+            return version, info, reader.bytes_read
+
+    try:
+        version, info, probed = with_retries(describe, retries)
+    except FetchError as error:
+        return row | {"result_class": ResultClass.FETCH_FAILED, "reason": str(error)}
+    except ChangedSinceListed as error:
+        return row | {"result_class": ResultClass.CHANGED_SINCE_LISTED, "reason": str(error)}
+    row |= {"bytes": version.size, "version": version.version, "probe_bytes": probed}
+    if info is None:
+        return row | {"result_class": ResultClass.EMPTY, "reason": "zero bytes"}
+    if isinstance(info, DecodeError):
+        return row | {"result_class": ResultClass.UNDECODABLE, "reason": str(info)}
     row |= {"duration_s": info.duration_s, "sample_rate": info.sample_rate, "channels": info.channels}
     if info.frames == 0:
         return row | {"result_class": ResultClass.EMPTY, "reason": "zero samples"}

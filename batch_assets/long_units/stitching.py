@@ -77,6 +77,11 @@ def _window_reason(o: dict, w: Window, windows: list[Window]) -> str:
     return f"window {w.index} ({w.start_s:.0f}-{w.start_s + w.duration_s:.0f} s) of {len(windows)}: {o['reason']}"
 
 
+# A window in one of these classes leaves the unit in it (the first found), with no other rows: rerun the unit
+UNPROCESSED = (ResultClass.FAILED, ResultClass.FETCH_FAILED, ResultClass.CHANGED_SINCE_LISTED,
+               ResultClass.UNDECODABLE, ResultClass.EMPTY, ResultClass.TRUNCATED)
+
+
 def _unit_class(outcomes: list[dict], windows: list[Window]) -> tuple[str, str]:
     """A windowed unit's class: failed if a window failed; silent if all were; unsupported_language if no window was
     transcribed and one was in a language without a model; else transcribed (its reason naming any window whose
@@ -85,8 +90,9 @@ def _unit_class(outcomes: list[dict], windows: list[Window]) -> tuple[str, str]:
         found = [(o, w) for o, w in zip(outcomes, windows, strict=True) if o["result_class"] == cls]
         return _window_reason(*found[0], windows)[:500] if found else None
 
-    if (failed := first(ResultClass.FAILED)) is not None:
-        return str(ResultClass.FAILED), failed
+    for cls in UNPROCESSED:
+        if (failed := first(cls)) is not None:
+            return str(cls), failed
     if all(o["result_class"] == ResultClass.SILENT for o in outcomes):
         return str(ResultClass.SILENT), SILENT_REASON
     unsupported = first(ResultClass.UNSUPPORTED_LANGUAGE)
@@ -174,12 +180,13 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     ordered, unit_cores, index = [outcomes[p] for p in pieces], cores(windows), {p: i for i, p in enumerate(pieces)}
     result_class, reason = _unit_class(ordered, windows)
     duration = windows[-1].start_s + ordered[-1]["duration_s"]
-    if result_class == ResultClass.FAILED:  # as a unit whose processing failed: its class and reason, nothing else
+    sha256 = next((o["sha256"] for o in ordered if o.get("sha256")), None)
+    if result_class in UNPROCESSED:  # as a unit whose processing failed: its class and reason, nothing else
         empty = {name: frame.clear() for name, frame in fragments.items()}
         return empty | {"outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id,
                                                    "duration_s": duration, "result_class": result_class,
-                                                   "reason": reason, "num_words": 0,
-                                                   "text": ""}], schema=fragments["outcomes"].schema)}
+                                                   "reason": reason, "num_words": 0, "text": "",
+                                                   "sha256": sha256}], schema=fragments["outcomes"].schema)}
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
               r["speech_s"]) for r in speakers.iter_rows(named=True)]
@@ -223,7 +230,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
                                    "result_class": result_class, "reason": reason, "speech_s": speech_s,
                                    "num_speakers": len(names) if result_class != ResultClass.SILENT else 0,
                                    "num_words": len(words),
-                                   "text": word_separator(language["language"]).join(words["word"])} | language],
+                                   "text": word_separator(language["language"]).join(words["word"]),
+                                   "sha256": sha256} | language],
                                  schema=fragments["outcomes"].schema),
     }
 

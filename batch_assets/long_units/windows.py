@@ -80,6 +80,26 @@ def split_windows(pieces: Iterable[np.ndarray], spec: WindowSpec) -> Iterator[tu
         yield start / SAMPLE_RATE, window[:fill].copy()
 
 
+def planned_windows(duration_s: float, spec: WindowSpec) -> list[tuple[float, int]]:
+    """(start_s, samples) of each window `split_windows` cuts from a stream of `duration_s` at 16 kHz: how the plan
+    lays out a listed unit's windows before anything is decoded."""
+    total, size = round(duration_s * SAMPLE_RATE), int(spec.seconds * SAMPLE_RATE)
+    stride = int(spec.stride_s * SAMPLE_RATE)
+    out, start = [], 0
+    while start + size <= total:
+        out.append((start / SAMPLE_RATE, size))
+        start += stride
+    if total - start > (size - stride if out else 0):
+        out.append((start / SAMPLE_RATE, total - start))
+    return out
+
+
+def planned_spec(window_samples: int, second_start_s: float) -> WindowSpec:
+    """The spec a plan laid a unit's windows out with: its first window's length and its second window's start."""
+    seconds = window_samples / SAMPLE_RATE
+    return WindowSpec(seconds, seconds - second_start_s)
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     """One window of a unit, as the plan gives it: its piece id, where it starts in the unit, how long it is."""

@@ -25,7 +25,7 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.schema import published
-from batch_assets.storage.arrays import npy_bytes, read_flight
+from batch_assets.storage.arrays import npy_bytes
 from batch_assets.storage.partition_outputs import PartitionOutputs
 from batch_assets.storage.paths import fsync_folder, is_local, remove_path
 
@@ -62,8 +62,8 @@ class StorageResource(dg.ConfigurableResource):
     s3_secret_access_key: str | None = Field(default=None, description="Leave empty to use the AWS credential chain")
     s3_max_attempts: int = Field(default=4, description="botocore's own attempts per request (standard retry mode)")
     simulated_latency_per_unit_s: float = Field(
-        default=0.0, description="Benchmarks only: sleep this long per unit read when the GPU step loads a flight "
-        "(object-storage latency; units read concurrently pay it concurrently)"
+        default=0.0, description="Benchmarks only: sleep this long per source object the GPU step fetches to decode "
+        "(object-storage latency; units fetched concurrently pay it concurrently)"
     )
 
     def _storage_options(self, url: str) -> dict[str, Any]:
@@ -168,12 +168,6 @@ class StorageResource(dg.ConfigurableResource):
         url = self.output_url(asset, partition, f"{name}.npy")
         self.write_bytes(url, npy_bytes(array, url))
         return url
-
-    def read_flight(self, url: str, spans: list[tuple[int, int]], workers: int = 1) -> np.ndarray:
-        """A flight's decoded audio as the GPU step loads it: each unit's samples a ranged read of its own, `workers`
-        at a time (`arrays.read_flight`), each paying the benchmark's simulated latency, if any."""
-        fs, path = self.filesystem(url)
-        return read_flight(fs, path, spans, workers, self.simulated_latency_per_unit_s, lambda: self.read_array(url))
 
     def read_array(self, url: str) -> np.ndarray:
         return np.load(io.BytesIO(self.read_bytes(url)), allow_pickle=False)

@@ -36,7 +36,7 @@ TRANSCRIPT_UNITS_SCHEMA = {
     "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64,
     "num_words": pl.Int64, "text": pl.String, "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64,
     "hint_max_speakers": pl.Int64, "hint_source": pl.String, "language": pl.String, "language_source": pl.String,
-    "language_confidence": pl.Float64, "asr_model": pl.String,
+    "language_confidence": pl.Float64, "asr_model": pl.String, "sha256": pl.String,
 }
 LANGUAGE_COLUMNS = ("language", "language_source", "language_confidence", "asr_model")
 WORDS_SCHEMA = {
@@ -91,6 +91,7 @@ OUTCOMES_SCHEMA = {  # the section's per-unit result, as a flight commit stores 
     "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String,
     "reason": pl.String, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
     "language": pl.String, "language_source": pl.String, "language_confidence": pl.Float64, "asr_model": pl.String,
+    "sha256": pl.String,
 }
 
 
@@ -98,13 +99,15 @@ def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFr
     """(per-unit outcomes, words) of the section's units: what a flight commit keeps for `transcripts`."""
     rows, words = [], []
     for o in outcomes:
-        transcribed = o.result_class is ResultClass.TRANSCRIBED
+        transcribed = o.result_class is ResultClass.TRANSCRIBED or (o.result_class is ResultClass.TRUNCATED
+                                                                   and o.diarization is not None)
         unit_words = [w for w, _ in o.words] if transcribed else []
         rows.append({
             "unit_id": o.unit_id, "flight_id": o.flight_id, "duration_s": o.duration_s,
             "result_class": str(o.result_class), "reason": o.reason, "speech_s": o.vad.speech_s if o.vad else None,
             "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
             "num_words": len(unit_words), "text": word_separator(o.language).join(w.word for w in unit_words),
+            "sha256": o.sha256,
         } | {key: getattr(o, key) for key in LANGUAGE_COLUMNS})
         if transcribed:
             words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s,
@@ -178,13 +181,11 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
             units.append(base | {"result_class": str(ResultClass.FAILED), "reason": "not processed by the GPU section"})
             continue
         result_class, reason = o["result_class"], o["reason"]
-        if plan_row["reason"] and result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
-            result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (plan_row["reason"], reason) if r)
         reason = "; ".join(r for r in (reason, note) if r)
         diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
         # diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text",
-                                                     *LANGUAGE_COLUMNS)}
+                                                     "sha256", *LANGUAGE_COLUMNS)}
                      | (_hint_columns(hints.get(uid, UNHINTED)) if diarized else {})
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}

@@ -48,6 +48,7 @@ from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.routing import resolve_languages
 from batch_assets.gpu.section.stats import SectionStats
+from batch_assets.ingest.flight_audio import DecodedPiece
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
@@ -84,6 +85,7 @@ class UnitOutcome:
     language_source: str | None = None  # sidecar, run_config or detected
     language_confidence: float | None = None  # the LID model's probability (detected only)
     asr_model: str | None = None  # the ASR model the routing gave the unit's language
+    sha256: str | None = None  # of the unit's object, as the step read it
 
 
 @dataclasses.dataclass
@@ -95,6 +97,7 @@ class DeviceDone:
     words: list[Word] = dataclasses.field(default_factory=list)
     # units whose diarization call is still to run, its forwards done: (call, file, hints)
     calls: dict[str, tuple[DiarizationCall, dict, SpeakerHints]] = dataclasses.field(default_factory=dict)
+    decoded: dict[str, DecodedPiece] = dataclasses.field(default_factory=dict)  # how each piece decoded
 
 
 def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[SectionUnit], levers: Levers,
@@ -105,22 +108,30 @@ def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, unit
 
 
 def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[SectionUnit], levers: Levers,
-                stats: SectionStats) -> DeviceDone:
+                stats: SectionStats, decoded: dict[str, DecodedPiece] | None = None) -> DeviceDone:
     """Everything of a flight that uses the device. With lever 5 or 6 the diarization calls' forwards are done
-    here and the calls themselves are left to `host_work`; otherwise each call runs whole here."""
+    here and the calls themselves are left to `host_work`; otherwise each call runs whole here. `decoded`: how each
+    piece decoded (`ingest/flight_audio.py`): its samples' place in `audio` (the plan's otherwise), or the class and
+    reason it has no samples."""
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}
     hints: dict[str, SpeakerHints] = {}
     declared: dict[str, DeclaredLanguage] = {}
+    decoded = decoded or {}
     for unit in units:
         uid = piece_id(unit.unit_id, unit.window)  # a window of a long unit is processed as a unit of its own
+        if (piece := decoded.get(uid)) is not None:
+            if piece.problem is not None:
+                outcomes[uid] = UnitOutcome(uid, flight_id, 0.0, *piece.problem, sha256=piece.sha256)
+                continue
+            unit = dataclasses.replace(unit, offset_samples=piece.offset_samples, num_samples=piece.num_samples)
         outcomes[uid] = UnitOutcome(uid, flight_id, unit.num_samples / SAMPLE_RATE, ResultClass.TRANSCRIBED)
         if unit.language.error:  # a sidecar's bad language code: this unit fails, nothing else is affected
             outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, unit.language.error[:500]
             continue
         waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
         hints[uid], declared[uid] = unit.speaker_hints, unit.language
-    done = DeviceDone(flight_id, outcomes)
+    done = DeviceDone(flight_id, outcomes, decoded=decoded)
     # matmul precision where each model runs: pyannote's full float32, the NeMo models' (LID, ASR) `tf32_enabled`
     with matmul_precision(models.device, False):
         found = vad_flight(models.diarization, waveforms, levers.batch_across_units_enabled,
@@ -183,7 +194,21 @@ def host_work(models: LoadedModels, done: DeviceDone, stats: SectionStats) -> li
         )
         outcome.words = list(zip(unit_words, speakers, strict=True))
     stats.add("attribution", 0.0, time.perf_counter() - started)
+    for uid, piece in done.decoded.items():
+        if piece.problem is None and uid in outcomes:
+            _book_decoded(outcomes[uid], piece)
     return list(outcomes.values())
+
+
+def _book_decoded(outcome: UnitOutcome, piece: DecodedPiece) -> None:
+    """What decoding says of a processed unit: its sha256, and a length other than listed (a truncated unit that was
+    transcribed or silent is `truncated`)."""
+    outcome.sha256 = piece.sha256
+    if not piece.note:
+        return
+    if piece.truncated and outcome.result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
+        outcome.result_class = ResultClass.TRUNCATED
+    outcome.reason = "; ".join(r for r in (piece.note, outcome.reason) if r)
 
 
 def _book_vad(found: FlightVad, outcomes: dict[str, UnitOutcome], stats: SectionStats) -> list[str]:

@@ -2,7 +2,8 @@
 
 `run_section(models, flights, levers, load, commit, section, checkpoint)` is what the GPU steps call
 (`gpu/steps/shard_work.py: process_flights`, for the shard steps and the assembly); the benches reach it through
-those steps, and tests call it directly. It feeds the flights' audio (prepared ahead or not: lever 1), runs
+those steps, and tests call it directly. It feeds the flights' audio (`load`: fetched and decoded from the source,
+`ingest/flight_audio.py`; prepared ahead or not: lever 1), runs
 VAD -> language -> diarization -> ASR on each (`flight.device_work`, whose ASR stage puts each ASR model's decoder
 in the run's mode before each flight's use of it: `asr_flight.asr_ready`; then `flight.host_work`: lever 6 overlaps a
 flight's host work with the next flight's device work, outside the lock), hands each flight's outcomes to `commit` and
@@ -22,8 +23,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-import numpy as np
-
 from batch_assets.gpu.device.faults import check_interpreter
 from batch_assets.gpu.device.precision import describe as describe_precision
 from batch_assets.gpu.section.flight import DeviceDone, SectionUnit, UnitOutcome, device_work, host_work
@@ -31,6 +30,7 @@ from batch_assets.gpu.section.flight_feed import FlightFeed
 from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
+from batch_assets.ingest.flight_audio import FlightAudio
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,7 @@ class SectionReport:
     entered_unix: float | None = None
     exited_unix: float | None = None
     load_wait_s: float = 0.0
+    bytes_read: int = 0  # source bytes the flights' fetches read
     max_ahead_s: float = 0.0
     # lever 6: host work left when the section was exited (the last flight's), run after it
     host_after_section_s: float = 0.0
@@ -75,7 +76,7 @@ class SectionReport:
             "vad_seconds": round(stats.seconds["vad"], 3),
             "diarization_seconds": round(stats.seconds["diarization"], 3),
             "asr_seconds": round(stats.seconds["asr"], 3), "asr_batch_retries": stats.asr_batch_retries,
-            "flight_load_wait_seconds": round(self.load_wait_s, 3),
+            "flight_load_wait_seconds": round(self.load_wait_s, 3), "source_bytes_read": self.bytes_read,
             "max_prepared_ahead_seconds": round(self.max_ahead_s, 1),
             "segmentation_forwards": self.segmentation_forwards,
             "segmentation_forwards_by_stage": dict(stats.segmentation_forwards),
@@ -104,7 +105,7 @@ def run_section(
     models: LoadedModels,
     flights: list[FlightWork],
     levers: Levers,
-    load: Callable[[str], np.ndarray],
+    load: Callable[[str], FlightAudio],
     commit: Callable[[str, list[UnitOutcome]], object],
     section: AbstractContextManager[float] | None = None,
     checkpoint: Callable[[], None] = lambda: None,
@@ -145,11 +146,13 @@ def run_section(
             entered, report.entered_unix = time.perf_counter(), time.time()
             if models.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(models.device)
-            for flight_id, audio in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the
+            for flight_id, fetched in stack.enter_context(contextlib.closing(iter(feed))):  # a failure stops the
                 # preparing too
                 checkpoint()
-                done = device_work(models, flight_id, audio, work[flight_id].units, levers, stats)
-                del audio
+                report.bytes_read += fetched.bytes_read
+                done = device_work(models, flight_id, fetched.audio, work[flight_id].units, levers, stats,
+                                   fetched.pieces)
+                del fetched
                 host.submit(finish, done)
                 del done
             report.section_s, report.exited_unix = time.perf_counter() - entered, time.time()

@@ -16,9 +16,9 @@ started would be skipped and their units published as failed. So the flights are
 Each owner processes its flights that have no valid commit (`FlightCommits.problem`). The assembly, a CPU
 step, writes nothing while any planned flight lacks a commit.
 
-A flight's fingerprint is what its results depend on: its units in order with their offsets, sample counts,
-result classes and audio checksums, and a window's place in its unit (not the flight file's URI, which changes
-with every materialization of `prepared_flights` even when the audio does not). A commit made for another
+A flight's fingerprint is what its results depend on: its units in order with their planned offsets, sample
+counts and result classes, each object's size and storage version as listed (`ingest/source_objects.py`: a
+changed object lists with another version), and a window's place in its unit. A commit made for another
 fingerprint is redone. No Dagster.
 """
 
@@ -44,7 +44,6 @@ class PlannedFlight:
     flight_id: str
     audio_s: float
     num_units: int
-    audio_uri: str
     fingerprint: str
 
 
@@ -52,7 +51,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
                     units: Iterable[str] | None = None) -> list[PlannedFlight]:
     """The flights the GPU work must process, in plan order: all of them, or (a `units` rerun) those holding one
     of `units` as an `ok` unit; each with its fingerprint."""
-    checksums = dict(zip(manifest["unit_id"], manifest["sha256"], strict=True))
+    checksums = {uid: f"{size} {version}" for uid, size, version in
+                 zip(manifest["unit_id"], manifest["bytes"], manifest["version"], strict=True)}
     chosen = None if units is None else set(units)
     by_flight: dict[str, list[list]] = {}
     wanted: set[str] = set()
@@ -69,8 +69,7 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         if chosen is not None and row["flight_id"] not in wanted:
             continue
         digest = hashlib.sha256(json.dumps(by_flight.get(row["flight_id"], [])).encode()).hexdigest()[:32]
-        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), row["audio_uri"],
-                                 digest))
+        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest))
     return out
 
 

@@ -35,11 +35,13 @@ from batch_assets.gpu.steps.run_config import (
 )
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.stop_requests import StopRequests
+from batch_assets.ingest.flight_audio import flight_source
 from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.steps import lease_refusals_fail, partition_lease
+from batch_assets.settings import current_settings
 from batch_assets.storage.resource import StorageResource
 from batch_assets.switches import SWITCHES
 
@@ -139,10 +141,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
     if not pending:
         return report
-    ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
-    spans: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)  # each flight's units, as stored
-    for row in ok.sort("offset_samples").iter_rows(named=True):
-        spans[row["flight_id"]].append((row["offset_samples"], row["num_samples"]))
+    ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(
+        (pl.col("result_class") == "ok") & pl.col("flight_id").is_in(pending))
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
     manifest = storage.read_parquet("fetched_audio", commits.partition, "manifest")
@@ -168,12 +168,12 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
         context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
 
+    source = flight_source(ok, manifest, storage.filesystem, levers.unit_fetch_workers,
+                           storage.simulated_latency_per_unit_s, current_settings().tmp_dir)
     try:
         section = run_section(
             models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
-            load=lambda flight_id: storage.read_flight(planned[flight_id].audio_uri, spans[flight_id],
-                                                       levers.unit_fetch_workers),
-            commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
+            load=source.load, commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
         )
     except DeviceFault as error:
         quarantine(str(error))
@@ -191,6 +191,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
         raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
                          allow_retries=False) from error
+    finally:
+        source.close()  # a windowed unit's stream the section did not finish
     return dataclasses.replace(
         report, processed_flights=pending, section=section.to_metadata(),
         step_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

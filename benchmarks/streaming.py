@@ -1,0 +1,120 @@
+"""Benchmark issue 55's promise: the day streams into the GPU steps. Through `batch-assets run` only, S3 source and
+storage on a real S3 API server (moto) behind a counting proxy (`tests/s3_server.py`), a day of WAV dialogues and
+compressed copies (FLAC, Ogg, MP3 of the same speech):
+
+- source bytes read per run / source size (target at most 1.15: each object read once, plus header reads);
+- bytes read of each object before the first GPU step started (target at most 128 KiB: a head and a tail read);
+- bytes the storage holds after the run, per audio-hour (target at most 40 MB: VAD score arrays and tables);
+- the run's wall time and the time from its start to its first GPU step.
+
+    .venv/bin/python benchmarks/streaming.py --json bench_out/streaming.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import soundfile as sf
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DAY = "2026-05-05"
+
+
+def make_day(folder: pathlib.Path, copies: int) -> dict[str, bytes]:
+    """WAV dialogues of the sample and a compressed copy of each (FLAC, Ogg Vorbis, MP3 in turn), `copies` times."""
+    from batch_assets.long_units.long_audio import sample_audio_paths
+
+    objects = {}
+    formats = [("FLAC", ".flac"), ("OGG", ".ogg"), ("MP3", ".mp3")]
+    for n in range(copies):
+        for i, path in enumerate(sample_audio_paths(speech_only=True)):
+            audio, rate = sf.read(path, dtype="float32")
+            out = folder / f"{n:02d}_{path.stem}.wav"
+            sf.write(out, audio, rate, subtype="PCM_16")
+            fmt, suffix = formats[(i + n) % len(formats)]
+            compressed = folder / f"{n:02d}_{path.stem}{suffix}"
+            sf.write(compressed, audio, rate, format=fmt)
+    for path in sorted(folder.iterdir()):
+        objects[path.name] = path.read_bytes()
+    return objects
+
+
+def first_gpu_step_unix(dagster_home: str) -> float | None:
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        [run] = instance.get_runs(limit=1)
+        starts = [e.timestamp for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+                  if "gpu_shard" in (e.step_key or "") or "gpu_leftover" in (e.step_key or "")]
+    return min(starts) if starts else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=1, help="times the sample's dialogues are copied into the day")
+    parser.add_argument("--json", type=pathlib.Path)
+    args = parser.parse_args()
+    from tests.s3_server import S3Server
+
+    with tempfile.TemporaryDirectory() as scratch, S3Server() as s3:
+        scratch = pathlib.Path(scratch)
+        (scratch / "day").mkdir()
+        objects = make_day(scratch / "day", args.copies)
+        client = s3.client()
+        for bucket in ("source", "outputs"):
+            client.create_bucket(Bucket=bucket)
+        for name, data in objects.items():
+            client.put_object(Bucket="source", Key=f"audio/{DAY}/{name}", Body=data)
+        home = scratch / "dagster_home"
+        home.mkdir()
+        env = os.environ | {
+            "DAGSTER_HOME": str(home), "BATCH_ASSETS_SOURCE_URL": "s3://source/audio",
+            "BATCH_ASSETS_STORAGE_URL": "s3://outputs/batch-assets",
+            "BATCH_ASSETS_S3_ENDPOINT_URL": s3.faulty_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "HF_HUB_OFFLINE": "1",
+            "BATCH_ASSETS_TORCH_THREADS": os.environ.get("BATCH_ASSETS_TORCH_THREADS", "2"),
+        }
+        s3.proxy.served.clear()
+        started = time.time()
+        done = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", DAY], env=env,
+                              cwd=REPO, capture_output=True, text=True)
+        wall = time.time() - started
+        if done.returncode != 0:
+            sys.exit(f"the run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        first_gpu = first_gpu_step_unix(str(home))
+        read, before_gpu = collections.Counter(), collections.Counter()
+        for when, method, path, size in s3.proxy.served:
+            if method == "GET" and path.startswith(f"/source/audio/{DAY}/"):
+                key = path.rsplit("/", 1)[1]
+                read[key] += size
+                if first_gpu is not None and when < first_gpu:
+                    before_gpu[key] += size
+        stored = sum(o["Size"] for page in client.get_paginator("list_objects_v2").paginate(Bucket="outputs")
+                     for o in page.get("Contents", []))
+    source_bytes = sum(len(b) for b in objects.values())
+    audio_h = sum(sf.info(io.BytesIO(data)).duration for data in objects.values()) / 3600
+    result = {
+        "objects": len(objects), "source_bytes": source_bytes, "audio_hours": round(audio_h, 4),
+        "source_bytes_read": sum(read.values()), "read_over_size": round(sum(read.values()) / source_bytes, 3),
+        "max_bytes_read_per_object_before_first_gpu_step": max(before_gpu.values(), default=0),
+        "storage_bytes_after_run": stored, "storage_mb_per_audio_hour": round(stored / 1e6 / audio_h, 1),
+        "run_wall_s": round(wall, 1), "start_to_first_gpu_step_s": round(first_gpu - started, 1) if first_gpu else None,
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
