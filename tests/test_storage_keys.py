@@ -95,9 +95,9 @@ def test_a_file_written_in_pieces_appears_whole_or_not_at_all(storage, name):
 def test_a_flight_is_fetched_and_decoded_unit_by_unit_concurrently_each_object_read_once(storage):
     """Lever 1 fetches and decodes a flight's units concurrently, `workers` at a time (issue 55: the GPU step
     decodes its own flights from the source), on keys a glob would misread; each object is read once, its sha256
-    computed as it streams, and the audio is what decoding the object gives. With a simulated latency per object, eight units
-    through eight workers wait about one latency (locally), one after another eight; an object changed since it was listed is
-    not decoded."""
+    computed as it streams, and the audio is what decoding the object gives. With a simulated latency per object,
+    eight units through eight workers wait about one latency (locally), one after another eight; an object changed
+    since it was listed is not decoded."""
     import hashlib
     import io
     import time
