@@ -8,7 +8,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-backfill bench-shards bench-resume bench-signals bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-streaming bench-backfill bench-shards bench-resume bench-signals bench-long-units
 setup:
 	@bash scripts/install.sh
 
@@ -95,6 +95,11 @@ bench-languages: setup
 
 bench-ingest: setup
 	$(PY) benchmarks/ingest.py
+
+# S3 source and storage behind a counting proxy, through batch-assets run: bytes read, bytes before the first GPU step,
+# storage per audio-hour (~2 minutes)
+bench-streaming: setup
+	$(PY) benchmarks/streaming.py --json bench_out/streaming.json
 
 bench-backfill: setup
 	$(PY) benchmarks/backfill.py --json bench_out/backfill.json

@@ -1,4 +1,9 @@
-"""Benchmark the data plane: decode throughput and peak memory for a 1-audio-hour and a 4-audio-hour partition.
+"""Benchmark the ingest steps: throughput and peak memory for a 1-audio-hour and a 4-audio-hour partition.
+
+Since issue 55 these steps list (headers only) and plan: decoding moved into the GPU step
+(`ingest/flight_audio.py`), so "prepare s" is planning and the "decoded x real time" column no longer measures a
+decode; `benchmarks/streaming.py` measures the new path end to end. The figures in docs/benchmarks.md#ingest were
+taken before.
 
 Generates partitions of real speech (the sample dialogue, tiled) in mixed formats: 16 kHz mono WAV and
 44.1 kHz stereo FLAC units of 15 minutes each, so decoding includes resampling and downmixing. Each

@@ -7,7 +7,7 @@ compressed copies (FLAC, Ogg, MP3 of the same speech):
 - bytes the storage holds after the run, per audio-hour (target at most 40 MB: VAD score arrays and tables);
 - the run's wall time and the time from its start to its first GPU step.
 
-    .venv/bin/python benchmarks/streaming.py --json bench_out/streaming.json
+    .venv/bin/python benchmarks/streaming.py --json benchmarks/results/cpu_streaming.json
 """
 
 from __future__ import annotations
