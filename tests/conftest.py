@@ -166,7 +166,10 @@ def assert_same_results(a: dict, b: dict) -> None:
     for key in TABLES:
         left, right = a[key], b[key]
         drop = [c for c in ("scores_uri", "source_uri") if c in left.columns]
-        assert left.drop(drop).equals(right.drop(drop)), key
+        left, right = left.drop(drop), right.drop(drop)
+        assert left.columns == right.columns, (key, left.columns, right.columns)
+        differing = [c for c in left.columns if not left[c].equals(right[c])]
+        assert not differing, (key, {c: (left[c].to_list()[:5], right[c].to_list()[:5]) for c in differing})
 
 
 @pytest.fixture(scope="session")

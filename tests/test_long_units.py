@@ -89,6 +89,39 @@ def test_a_body_cut_off_streams_what_decodes_as_the_whole_decode_does(tmp_path):
     assert 0 < len(whole) and np.array_equal(np.concatenate(list(stream_file(str(cut)))), whole)
 
 
+def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
+    """Lever 1 loads flights ahead on several threads, and a resumed step loads only the windows not committed: each
+    window loaded is the window the whole stream cuts, the object is read once, and a plan missing a unit's committed
+    windows is refused (its layout would be guessed)."""
+    import fsspec
+    import soundfile as sf
+
+    from batch_assets.ingest.flight_audio import flight_source
+    from batch_assets.ingest.manifest import build_manifest
+    from batch_assets.ingest.prepare import prepare_flights
+
+    day = tmp_path / "day"
+    day.mkdir()
+    sf.write(day / "long.wav", 0.1 * np.random.default_rng(5).standard_normal(200 * SAMPLE_RATE).astype(np.float32),
+             SAMPLE_RATE, subtype="FLOAT")
+    fs = fsspec.filesystem("file")
+    manifest, _ = build_manifest(fs, str(day), 7200.0, 1)
+    spec = WindowSpec(60.0, 10.0)
+    plan, _ = prepare_flights(manifest, budget_s=1800.0, max_units=8, windows=spec)
+    expected = list(split_windows(stream_file(str(day / "long.wav")), spec))
+    assert plan.height == len(expected) == 4
+    resumed = plan.filter(pl.col("window") >= 1)  # window 0 committed by the killed run
+    source = flight_source(plan, manifest, lambda uri: (fs, fs._strip_protocol(uri)), load=resumed)
+    flights = dict(zip(resumed["window"], resumed["flight_id"], strict=True))
+    loaded = {w: source.load(flights[w]) for w in (3, 1, 2)}
+    for w, flight in loaded.items():
+        assert np.array_equal(flight.audio, expected[w][1]), w
+    assert sum(f.bytes_read for f in loaded.values()) == (day / "long.wav").stat().st_size
+    assert source._streams[manifest["unit_id"][0]].stack is None  # closed after its last window taken
+    with pytest.raises(ValueError, match="pass every window"):
+        flight_source(resumed, manifest, lambda uri: (fs, uri))
+
+
 def _frame(schema: dict, rows: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{k: row.get(k) for k in schema} for row in rows], schema=schema)
 

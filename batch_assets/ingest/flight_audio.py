@@ -12,10 +12,11 @@ class and reason it did not decode (`changed_since_listed`, `fetch_failed`, `und
 never fails a flight. A unit whose decoded length differs from its listed duration is processed as decoded with a
 reason (`note`); well short of it is `truncated` (`schema/results.py: truncation`).
 
-A windowed unit (`long_units/windows.py`) is decoded streaming into its planned windows: its first window's load
-stages the object once and opens one decoding stream, each window's load takes the next window from it (holding
-one window, not the recording); a window the stream does not reach (it decoded shorter than listed) is
-`truncated`, and the stream is closed after the last window or when the section ends (`close`). No Dagster.
+A windowed unit (`long_units/windows.py`) is decoded streaming into its planned windows: the first load of one of
+its windows stages the object once and opens one decoding stream, each window's load decodes up to its window
+(holding the windows it passed that this step still loads, not the recording: lever 1 may load flights out of
+order); a window the stream does not reach (it decoded shorter than listed) is `truncated`, and the stream is
+closed once this step's windows of the unit are taken, or when the section ends (`close`). No Dagster.
 """
 
 from __future__ import annotations
@@ -108,37 +109,50 @@ def _failed(error: Exception) -> DecodedPiece:
 
 
 class _WindowStream:
-    """One windowed unit's decoding stream: its object staged once, its windows taken in order."""
+    """One windowed unit's decoding stream: its object staged once, its windows taken as the flights ask for them.
 
-    def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec):
-        self.stage, self.spec = stage, spec
+    Lever 1 loads flights ahead on several threads, so a unit's windows may be asked for out of order: a window the
+    stream passes on its way to a later one is kept until taken if this step will ask for it (`wanted`), else
+    dropped (committed by an earlier run). The stream closes once every wanted window has been taken."""
+
+    def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
+                 wanted: set[int]):
+        self.stage, self.spec, self.wanted = stage, spec, set(wanted)
         self.lock = threading.Lock()
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
-        self.decoded = 0
+        self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
+        self.held: dict[int, tuple[float, np.ndarray]] = {}
 
-    def take(self, window: int, last: bool) -> tuple[float, np.ndarray | None, Exception | None]:
+    def take(self, window: int) -> tuple[float, np.ndarray | None, Exception | None]:
         """(start_s, the window's samples or None when the stream ends before it, the stream's error)."""
         with self.lock:
-            if self.error is not None:
-                return 0.0, None, self.error
+            self.wanted.discard(window)
             try:
-                if self.windows is None:
+                if window in self.held:
+                    return (*self.held.pop(window), None)
+                if self.error is not None:
+                    return 0.0, None, self.error
+                if self.windows is None and self.next == 0:
                     path, self.read, self.stack = self.stage()
+                    self.staged_by = window
                     self.windows = split_windows(stream_file(path), self.spec)
-                while self.next <= window:
+                while self.windows is not None and self.next <= window:
+                    index = self.next
                     start_s, samples = next(self.windows, (None, None))
                     self.next += 1
                     if samples is None:
-                        return 0.0, None, None
+                        break
                     self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
-                    if self.next > window:
+                    if index == window:
                         return start_s, samples, None
+                    if index in self.wanted:
+                        self.held[index] = (start_s, samples)
                 return 0.0, None, None
             except (DecodeError, FetchError, ChangedSinceListed) as error:
                 self.error = error
                 return 0.0, None, error
             finally:
-                if last or self.error is not None:
+                if not self.wanted or self.error is not None:
                     self.close()
 
     def close(self) -> None:
@@ -202,13 +216,14 @@ class FlightSource:
                         raise
                     return path, read, stack
 
-                self._streams[unit_id] = _WindowStream(stage, self.windows.get(unit_id, WindowSpec()))
+                wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
+                self._streams[unit_id] = _WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted)
             return self._streams[unit_id]
 
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:
         stream = self._stream(planned.unit_id)
         last = planned.window == planned.windows - 1
-        _, samples, error = stream.take(planned.window, last)
+        _, samples, error = stream.take(planned.window)
         if error is not None:
             return None, _failed(error)
         unit = self.units[planned.unit_id]
@@ -221,7 +236,7 @@ class FlightSource:
         # window's own (the stitched unit's class comes from its windows')
         note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE)[0] if last else ""
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
-                                     read.size if planned.window == 0 else 0)
+                                     read.size if planned.window == stream.staged_by else 0)
 
     def load(self, flight_id: str) -> FlightAudio:
         """The flight's audio: its pieces fetched and decoded (`workers` at once), laid out in plan order."""
@@ -245,25 +260,33 @@ class FlightSource:
             for stream in self._streams.values():
                 with stream.lock:
                     stream.close()
+                    stream.held.clear()
             self._streams.clear()
 
 
 def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callable[[str], tuple[object, str]],
-                  workers: int = 1, latency_s: float = 0.0, tmp_dir: str | None = None) -> FlightSource:
-    """The `FlightSource` of a partition's `plan` rows (those to process) and its manifest (`fetched_audio`)."""
+                  workers: int = 1, latency_s: float = 0.0, tmp_dir: str | None = None,
+                  load: pl.DataFrame | None = None) -> FlightSource:
+    """The `FlightSource` of a partition's plan rows (`prepared_flights`, class ok) and its manifest
+    (`fetched_audio`), loading the rows of `load` (default: all of `plan`). `plan` holds every window of a windowed
+    unit, its committed windows too: the unit's layout and window count come from them (a resumed unit's stream
+    still starts at its first window)."""
+    load = plan if load is None else load
     units = {row["unit_id"]: UnitSource(row["unit_id"], row["source_uri"], row["relative_key"],
                                         ObjectVersion(int(row["bytes"]), row["version"]), float(row["duration_s"]))
-             for row in manifest.filter(pl.col("unit_id").is_in(plan["unit_id"].unique().to_list()))
+             for row in manifest.filter(pl.col("unit_id").is_in(load["unit_id"].unique().to_list()))
              .iter_rows(named=True)}
     windowed = plan.filter(pl.col("window").is_not_null()).sort("unit_id", "window")
     counts = dict(windowed.group_by("unit_id").agg(pl.len()).iter_rows())
     windows = {}
     for uid, rows in windowed.group_by("unit_id", maintain_order=True):
-        first, second = rows.row(0, named=True), rows.row(min(1, rows.height - 1), named=True)
-        if rows.height > 1 and first["window"] == 0 and second["window"] == 1:
-            windows[uid[0]] = planned_spec(first["num_samples"], second["window_start_s"])
+        if rows["window"].to_list() != list(range(rows.height)):
+            raise ValueError(f"the plan holds windows {rows['window'].to_list()} of unit {uid[0]!r}: pass every "
+                             "window of a windowed unit, the committed ones too")
+        if rows.height > 1:
+            windows[uid[0]] = planned_spec(rows["num_samples"][0], rows["window_start_s"][1])
     pieces: dict[str, list[PlannedPiece]] = {}
-    for row in plan.sort("flight_id", "position", maintain_order=True).iter_rows(named=True):
+    for row in load.sort("flight_id", "position", maintain_order=True).iter_rows(named=True):
         pieces.setdefault(row["flight_id"], []).append(PlannedPiece(
             row["unit_id"], row["window"], counts.get(row["unit_id"], 1), float(row["duration_s"])))
     return FlightSource(pieces, units, filesystem, workers, windows=windows, tmp_dir=tmp_dir, latency_s=latency_s)

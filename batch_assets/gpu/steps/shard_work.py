@@ -141,8 +141,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
     if not pending:
         return report
-    ok = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(
-        (pl.col("result_class") == "ok") & pl.col("flight_id").is_in(pending))
+    plan = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
+    ok = plan.filter(pl.col("flight_id").is_in(pending))
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
     manifest = storage.read_parquet("fetched_audio", commits.partition, "manifest")
@@ -168,8 +168,9 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
         context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
 
-    source = flight_source(ok, manifest, storage.filesystem, levers.unit_fetch_workers,
-                           storage.simulated_latency_per_unit_s, current_settings().tmp_dir)
+    # the whole plan: a resumed windowed unit's layout and window count include its windows already committed
+    source = flight_source(plan, manifest, storage.filesystem, levers.unit_fetch_workers,
+                           storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok)
     try:
         section = run_section(
             models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
