@@ -47,8 +47,9 @@ class Switch:
 
 SWITCHES: tuple[Switch, ...] = (
     Switch("prepare_flight_enabled", "BATCH_PIPELINE_PREPARE_FLIGHT_ENABLED",
-           "next flights' audio prepared in the background, each flight's units read concurrently, at most the decode "
-           "budget (1800 s) ahead; off: read in the section, one unit after another"),
+           "next flights' audio fetched and decoded from the source in the background, each flight's units "
+           "concurrently, at most the decode budget (1800 s) ahead; off: fetched and decoded in the section, one unit "
+           "after another"),
     Switch("vad_segmentation_reuse_enabled", "BATCH_PIPELINE_VAD_SEGMENTATION_REUSE_ENABLED",
            "diarization reuses VAD's segmentation scores (one segmentation forward, not two)"),
     Switch("asr_cuda_graphs_enabled", "BATCH_PIPELINE_ASR_CUDA_GRAPHS_ENABLED",

@@ -8,6 +8,12 @@ compressed copies (FLAC, Ogg, MP3 of the same speech):
 - the run's wall time and the time from its start to its first GPU step.
 
     .venv/bin/python benchmarks/streaming.py --json benchmarks/results/cpu_streaming.json
+
+One copy of the sample's dialogues is 0.131 audio-hours (14 objects): `--copies 2` is a 0.26 audio-hour day, 8 a
+1.05 one, 31 a 4.06 one. `--stop-at-first-gpu` stops the run (Ctrl-C, as a user would) once its first GPU step
+has started: the time to it, and the bytes read before it, without the rest of the day. `--checkout PATH` runs
+another checkout's code (`git worktree add /tmp/before <commit>`) through the same proxy, for before and after:
+the CLI runs with that folder as its working directory, which comes first on the path for `-m`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import io
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,11 +56,38 @@ def make_day(folder: pathlib.Path, copies: int) -> dict[str, bytes]:
     return objects
 
 
+def decode_cpu_s_per_audio_hour(objects: dict[str, bytes]) -> dict[str, float]:
+    """CPU seconds (this process and its ffmpeg children) to decode an audio-hour of each format to 16 kHz mono, one
+    object after another on one thread: what a GPU pod's CPUs must keep up with (`k8s/values.yaml`)."""
+    import resource
+
+    import torch
+
+    from batch_assets.audio.decode import decode, suffix_of
+
+    torch.set_num_threads(1)
+
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    spent, heard = collections.Counter(), collections.Counter()
+    for name, data in objects.items():
+        before = cpu()
+        samples, _ = decode(data, suffix_of(name))
+        spent[suffix_of(name)] += cpu() - before
+        heard[suffix_of(name)] += len(samples) / 16000
+    return {suffix: round(spent[suffix] / heard[suffix] * 3600, 1) for suffix in sorted(spent)}
+
+
 def first_gpu_step_unix(dagster_home: str) -> float | None:
     import dagster as dg
 
     with dg.DagsterInstance.from_config(dagster_home) as instance:
-        [run] = instance.get_runs(limit=1)
+        runs = instance.get_runs(limit=1)
+        if not runs:
+            return None
+        run = runs[0]
         starts = [e.timestamp for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
                   if "gpu_shard" in (e.step_key or "") or "gpu_leftover" in (e.step_key or "")]
     return min(starts) if starts else None
@@ -62,6 +96,9 @@ def first_gpu_step_unix(dagster_home: str) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=1, help="times the sample's dialogues are copied into the day")
+    parser.add_argument("--stop-at-first-gpu", action="store_true",
+                        help="stop the run (Ctrl-C) once its first GPU step has started")
+    parser.add_argument("--checkout", type=pathlib.Path, default=REPO, help="the checkout whose code runs")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
     from tests.s3_server import S3Server
@@ -86,11 +123,18 @@ def main() -> None:
         }
         s3.proxy.served.clear()
         started = time.time()
-        done = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", DAY], env=env,
-                              cwd=REPO, capture_output=True, text=True)
-        wall = time.time() - started
-        if done.returncode != 0:
-            sys.exit(f"the run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        with open(scratch / "run.log", "w+") as log:
+            run = subprocess.Popen([sys.executable, "-m", "batch_assets.cli", "run", "--partition", DAY], env=env,
+                                   cwd=args.checkout, stdout=log, stderr=subprocess.STDOUT, text=True)
+            first_gpu = None
+            while run.poll() is None:
+                time.sleep(0.5)
+                if args.stop_at_first_gpu and first_gpu is None and (first_gpu := first_gpu_step_unix(str(home))):
+                    run.send_signal(signal.SIGINT)
+            wall = time.time() - started
+            log.seek(0)
+            if run.returncode != 0 and not (args.stop_at_first_gpu and first_gpu):
+                sys.exit(f"the run failed:\n{log.read()[-5000:]}")
         first_gpu = first_gpu_step_unix(str(home))
         read, before_gpu = collections.Counter(), collections.Counter()
         for when, method, path, size in s3.proxy.served:
@@ -103,12 +147,20 @@ def main() -> None:
                      for o in page.get("Contents", []))
     source_bytes = sum(len(b) for b in objects.values())
     audio_h = sum(sf.info(io.BytesIO(data)).duration for data in objects.values()) / 3600
+    whole = not args.stop_at_first_gpu  # a stopped run's reads and storage are not a day's
     result = {
         "objects": len(objects), "source_bytes": source_bytes, "audio_hours": round(audio_h, 4),
-        "source_bytes_read": sum(read.values()), "read_over_size": round(sum(read.values()) / source_bytes, 3),
+        "source_bytes_read": sum(read.values()) if whole else None,
+        "read_over_size": round(sum(read.values()) / source_bytes, 3) if whole else None,
+        "source_bytes_read_before_first_gpu_step": sum(before_gpu.values()),
         "max_bytes_read_per_object_before_first_gpu_step": max(before_gpu.values(), default=0),
-        "storage_bytes_after_run": stored, "storage_mb_per_audio_hour": round(stored / 1e6 / audio_h, 1),
-        "run_wall_s": round(wall, 1), "start_to_first_gpu_step_s": round(first_gpu - started, 1) if first_gpu else None,
+        "storage_bytes_after_run": stored if whole else None,
+        "storage_mb_per_audio_hour": round(stored / 1e6 / audio_h, 1) if whole else None,
+        "run_wall_s": round(wall, 1) if whole else None,
+        "start_to_first_gpu_step_s": round(first_gpu - started, 1) if first_gpu else None,
+        "decode_cpu_s_per_audio_hour": decode_cpu_s_per_audio_hour(objects),
+        "code": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.checkout, capture_output=True,
+                               text=True).stdout.strip(),
     }
     print(json.dumps(result, indent=1))
     if args.json:

@@ -23,7 +23,7 @@ from dagster_k8s.job import (
 
 from batch_assets.definitions import defs
 from batch_assets.models.languages import AMBERNET, PARAKEET_JA, PARAKEET_V2
-from batch_assets.settings import Settings, env_bool
+from batch_assets.settings import Settings, current_settings, env_bool
 from batch_assets.storage.resource import REPO_ROOT
 from batch_assets.switches import SWITCH_ENV_VARS
 
@@ -99,6 +99,7 @@ def test_gpu_step_pod_requests_one_gpu_and_cpu_steps_none():
         gpu = jobs.pop(step)
         assert _resources(gpu)["limits"]["nvidia.com/gpu"] == "1"
         assert _resources(gpu)["requests"]["nvidia.com/gpu"] == "1"
+        assert _resources(gpu)["requests"]["cpu"] == str(current_settings().gpu_step_cpu)
         pod = gpu["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
@@ -210,6 +211,12 @@ def test_helm_values_match_the_code():
     routing = Settings.from_env(env).asr_models  # the values' routing parses, and is production's
     assert routing["en"] == PARAKEET_V2 and routing["ja"] == PARAKEET_JA and len(routing) == 26
     assert env["BATCH_ASSETS_LANGUAGE_ID_MODEL"] == AMBERNET
+    # the GPU step pods' requests come from the values (sized in docs/deployment.md), not from the code's defaults
+    from batch_assets.gpu.assets import gpu_k8s_config
+
+    requests = gpu_k8s_config(Settings.from_env(env))["container_config"]["resources"]["requests"]
+    assert requests["cpu"] == env["BATCH_ASSETS_GPU_STEP_CPU"]
+    assert requests["memory"] == env["BATCH_ASSETS_GPU_STEP_MEMORY_GIB"] + "Gi"
     pools = VALUES["concurrency"]
     assert pools["enabled"] is True and pools["pools"]["granularity"] == "op" and pools["pools"]["defaultLimit"] >= 1
     assert VALUES["dagsterDaemon"]["runRetries"]["enabled"] is True

@@ -57,20 +57,27 @@ GROUP = "gpu"
 # the configured delay
 GPU_RETRY = dg.RetryPolicy(max_retries=1, delay=current_settings().gpu_retry_delay_seconds)
 GPU_POOL = "gpu"
-GPU_K8S_CONFIG = {
-    "container_config": {
-        "resources": {
-            "limits": {"nvidia.com/gpu": "1", "memory": "32Gi"},
-            "requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "24Gi"},
-        }
-    },
-    "pod_spec_config": {
-        "node_selector": {"nvidia.com/gpu.present": "true"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    },
-}
 
 
+def gpu_k8s_config(settings) -> dict:
+    """The pod of a GPU step (k8s_job_executor): one GPU, the CPUs and memory its section and its flights' decode
+    need (`BATCH_ASSETS_GPU_STEP_CPU`, `BATCH_ASSETS_GPU_STEP_MEMORY_GIB`; docs/deployment.md: sizing)."""
+    memory = settings.gpu_step_memory_gib
+    return {
+        "container_config": {
+            "resources": {
+                "limits": {"nvidia.com/gpu": "1", "memory": f"{-(-memory * 4 // 3)}Gi"},
+                "requests": {"nvidia.com/gpu": "1", "cpu": str(settings.gpu_step_cpu), "memory": f"{memory}Gi"},
+            }
+        },
+        "pod_spec_config": {
+            "node_selector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+GPU_K8S_CONFIG = gpu_k8s_config(current_settings())
 GPU_IO = "gpu_io"  # the IO manager for the small values passed between the graph's steps
 
 
