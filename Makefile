@@ -99,7 +99,7 @@ bench-ingest: setup
 # S3 source and storage behind a counting proxy, through batch-assets run: bytes read, bytes before the first GPU step,
 # storage per audio-hour (~2 minutes)
 bench-streaming: setup
-	$(PY) benchmarks/streaming.py --json bench_out/streaming.json
+	$(PY) benchmarks/streaming.py --copies 8 --json bench_out/streaming.json
 
 bench-backfill: setup
 	$(PY) benchmarks/backfill.py --json bench_out/backfill.json

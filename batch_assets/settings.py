@@ -225,7 +225,7 @@ class Settings:
         "fresh process or pod, 0–3600")
     # A GPU step fetches and decodes its own flights (issue 55): its pod's CPUs keep the decode ahead of the device
     # (docs/deployment.md: sizing)
-    gpu_step_cpu: int = _variable("BATCH_ASSETS_GPU_STEP_CPU", _p(env_int, 8, 1, 256), "8",
+    gpu_step_cpu: int = _variable("BATCH_ASSETS_GPU_STEP_CPU", _p(env_int, 6, 1, 256), "6",
                                   "CPUs a GPU step's pod requests on Kubernetes (the section's host work and the "
                                   "decode of its flights), 1–256")
     gpu_step_memory_gib: int = _variable("BATCH_ASSETS_GPU_STEP_MEMORY_GIB", _p(env_int, 24, 1, 4096), "24",

@@ -14,6 +14,8 @@ One copy of the sample's dialogues is 0.131 audio-hours (14 objects): `--copies 
 has started: the time to it, and the bytes read before it, without the rest of the day. `--checkout PATH` runs
 another checkout's code (`git worktree add /tmp/before <commit>`) through the same proxy, for before and after:
 the CLI runs with that folder as its working directory, which comes first on the path for `-m`.
+`--decode-cost` measures only the decode's CPU seconds per audio-hour of common recorder formats (44.1 kHz stereo
+WAV, FLAC, MP3, Ogg Vorbis and AAC, 48 kHz Opus, 16 kHz WAV), one thread: what sizes a GPU pod's CPUs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -57,27 +60,68 @@ def make_day(folder: pathlib.Path, copies: int) -> dict[str, bytes]:
 
 
 def decode_cpu_s_per_audio_hour(objects: dict[str, bytes]) -> dict[str, float]:
-    """CPU seconds (this process and its ffmpeg children) to decode an audio-hour of each format to 16 kHz mono, one
-    object after another on one thread: what a GPU pod's CPUs must keep up with (`k8s/values.yaml`)."""
-    import resource
-
+    """CPU seconds (this process and its ffmpeg children) to decode an audio-hour of each suffix of the day to 16 kHz
+    mono, one object after another on one thread."""
     import torch
 
     from batch_assets.audio.decode import decode, suffix_of
 
     torch.set_num_threads(1)
-
-    def cpu() -> float:
-        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
     spent, heard = collections.Counter(), collections.Counter()
     for name, data in objects.items():
-        before = cpu()
+        before = _cpu_s()
         samples, _ = decode(data, suffix_of(name))
-        spent[suffix_of(name)] += cpu() - before
+        spent[suffix_of(name)] += _cpu_s() - before
         heard[suffix_of(name)] += len(samples) / 16000
     return {suffix: round(spent[suffix] / heard[suffix] * 3600, 1) for suffix in sorted(spent)}
+
+
+# (name, format for soundfile or None for ffmpeg's AAC, subtype, suffix, rate, channels): what recorders write
+SOURCE_FORMATS = [("WAV 16 kHz mono", "WAV", "PCM_16", ".wav", 16000, 1),
+                  ("WAV 44.1 kHz stereo", "WAV", "PCM_16", ".wav", 44100, 2),
+                  ("FLAC 44.1 kHz stereo", "FLAC", "PCM_16", ".flac", 44100, 2),
+                  ("MP3 44.1 kHz stereo", "MP3", "MPEG_LAYER_III", ".mp3", 44100, 2),
+                  ("Ogg Vorbis 44.1 kHz stereo", "OGG", "VORBIS", ".ogg", 44100, 2),
+                  ("Opus 48 kHz mono", "OGG", "OPUS", ".opus", 48000, 1),
+                  ("AAC (M4A) 44.1 kHz stereo", None, None, ".m4a", 44100, 2)]
+
+
+def decode_cost_by_format(scratch: pathlib.Path, seconds: float = 300.0) -> dict[str, float]:
+    """CPU seconds per audio-hour to decode each of `SOURCE_FORMATS` to 16 kHz mono (`decode_file`, as the GPU step
+    does), `seconds` of the sample's speech each: the sizing basis of a GPU pod's CPUs (docs/deployment.md)."""
+    import numpy as np
+    import soxr
+
+    from batch_assets.audio.decode import decode_file, ffmpeg_exe
+    from batch_assets.long_units.long_audio import sample_audio_paths
+
+    speech = np.concatenate([sf.read(p, dtype="float32")[0] for p in sample_audio_paths(speech_only=True)])
+    speech = np.resize(speech, int(seconds * 16000))
+    costs = {}
+    for name, fmt, subtype, suffix, rate, channels in SOURCE_FORMATS:
+        audio = soxr.resample(speech, 16000, rate) if rate != 16000 else speech
+        audio = np.stack([audio, 0.8 * audio], axis=1) if channels == 2 else audio
+        path = scratch / f"cost{suffix}"
+        if fmt is None:
+            sf.write(scratch / "cost-src.wav", audio, rate, subtype="PCM_16")
+            subprocess.run([ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(scratch / "cost-src.wav"), "-c:a",
+                            "aac", "-b:a", "128k", str(path)], check=True)
+        else:  # in blocks: libsndfile's Vorbis encoder crashes on a few minutes written in one call
+            with sf.SoundFile(path, "w", rate, channels, subtype, format=fmt) as out:
+                for start in range(0, len(audio), 65536):
+                    out.write(audio[start:start + 65536])
+        before = _cpu_s()
+        samples, _ = decode_file(str(path), suffix)
+        costs[name] = round((_cpu_s() - before) / (len(samples) / 16000) * 3600, 1)
+    return costs
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (ffmpeg)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def first_gpu_step_unix(dagster_home: str) -> float | None:
@@ -99,8 +143,18 @@ def main() -> None:
     parser.add_argument("--stop-at-first-gpu", action="store_true",
                         help="stop the run (Ctrl-C) once its first GPU step has started")
     parser.add_argument("--checkout", type=pathlib.Path, default=REPO, help="the checkout whose code runs")
+    parser.add_argument("--decode-cost", action="store_true",
+                        help="only measure the decode's CPU seconds per audio-hour of each source format (no run)")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
+    if args.decode_cost:
+        with tempfile.TemporaryDirectory() as scratch:
+            costs = {"decode_cpu_s_per_audio_hour": decode_cost_by_format(pathlib.Path(scratch))}
+        print(json.dumps(costs, indent=1))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(costs, indent=1) + "\n")
+        return
     from tests.s3_server import S3Server
 
     with tempfile.TemporaryDirectory() as scratch, S3Server() as s3:
@@ -126,14 +180,19 @@ def main() -> None:
         with open(scratch / "run.log", "w+") as log:
             run = subprocess.Popen([sys.executable, "-m", "batch_assets.cli", "run", "--partition", DAY], env=env,
                                    cwd=args.checkout, stdout=log, stderr=subprocess.STDOUT, text=True)
-            first_gpu = None
+            stopped = False
             while run.poll() is None:
                 time.sleep(0.5)
-                if args.stop_at_first_gpu and first_gpu is None and (first_gpu := first_gpu_step_unix(str(home))):
+                # Dagster's event log of the run (the CLI writes it under DAGSTER_HOME/logs) says when a GPU step
+                # starts; the instance itself is the run's while it creates its tables
+                if args.stop_at_first_gpu and not stopped and any(
+                        re.search(r"gpu_(shard|leftover)\S* - STEP_START", log.read_text(errors="replace"))
+                        for log in (home / "logs").glob("*.log")):
                     run.send_signal(signal.SIGINT)
+                    stopped = True
             wall = time.time() - started
             log.seek(0)
-            if run.returncode != 0 and not (args.stop_at_first_gpu and first_gpu):
+            if run.returncode != 0 and not stopped:
                 sys.exit(f"the run failed:\n{log.read()[-5000:]}")
         first_gpu = first_gpu_step_unix(str(home))
         read, before_gpu = collections.Counter(), collections.Counter()

@@ -92,12 +92,13 @@ def test_a_file_written_in_pieces_appears_whole_or_not_at_all(storage, name):
     assert storage.read_bytes(url) == b"".join(bytes([i]) * 1000 for i in range(5)) and _all(storage) == before
 
 
-def test_a_flight_is_fetched_and_decoded_unit_by_unit_concurrently_each_object_read_once(storage):
+def test_a_flight_is_fetched_and_decoded_unit_by_unit_concurrently_each_object_read_once(storage, tmp_path):
     """Lever 1 fetches and decodes a flight's units concurrently, `workers` at a time (issue 55: the GPU step
     decodes its own flights from the source), on keys a glob would misread; each object is read once, its sha256
     computed as it streams, and the audio is what decoding the object gives. With a simulated latency per object,
-    eight units through eight workers wait about one latency (locally), one after another eight; an object changed
-    since it was listed is not decoded."""
+    eight units through eight workers wait about one latency (locally), one after another eight; a flight started
+    early (while the models load) is the same flight, and one the section never takes leaves nothing staged; an
+    object changed since it was listed is not decoded."""
     import hashlib
     import io
     import time
@@ -140,6 +141,16 @@ def test_a_flight_is_fetched_and_decoded_unit_by_unit_concurrently_each_object_r
     assert walls[1] >= 2.0, walls
     if storage.storage_url.startswith("/"):
         assert walls[8] < 1.0, walls
+    early = flight_source(plan, manifest, slow.filesystem, 8, slow.simulated_latency_per_unit_s)
+    early.start(["flight-0000"])
+    assert np.array_equal(early.load("flight-0000").audio, expected)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    dropped = flight_source(plan, manifest, slow.filesystem, 8, slow.simulated_latency_per_unit_s, str(staged))
+    dropped.start(["flight-0000"])
+    time.sleep(0.1)  # inside the latency: its objects are being fetched
+    dropped.close()
+    assert not list(staged.iterdir()) and not dropped._early
     source.write_bytes(f"{day}/v[1]/unit-0.wav", objects["v[1]/unit-1.wav"])  # replaced
     piece = flight_source(plan, manifest, source.filesystem, 8).load("flight-0000").pieces[manifest["unit_id"][0]]
     assert piece.problem is not None and piece.problem[0] == "changed_since_listed", piece

@@ -5,7 +5,8 @@ Why: the day streams into the GPU steps. `fetched_audio` lists (headers only) an
 to a temporary file while its sha256 is computed, checked to be the version listed), decodes it to 16 kHz mono
 float32 (`audio/decode.py`, streaming) and lays the units one after another in the flight's audio. Lever 1
 (`gpu/section/flight_feed.py`) calls `FlightSource.load` for the next flights on background threads within the
-decode budget while the device works; off, the section calls it for each flight, one unit after another.
+decode budget while the device works, and the step starts its first flight while its models load (`start`); off,
+the section calls it for each flight, one unit after another.
 
 Each unit's piece says how it decoded (`DecodedPiece`): where its samples lie, its sha256 and bytes read, or the
 class and reason it did not decode (`changed_since_listed`, `fetch_failed`, `undecodable`, `empty`): one bad unit
@@ -176,6 +177,7 @@ class FlightSource:
         self.latency_s = latency_s
         self._streams: dict[str, _WindowStream] = {}
         self._streams_lock = threading.Lock()
+        self._early: dict[str, concurrent.futures.Future] = {}
 
     @contextlib.contextmanager
     def _staged(self, unit: UnitSource) -> Iterator[tuple[str, ReadObject]]:
@@ -238,8 +240,20 @@ class FlightSource:
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
                                      read.size if planned.window == stream.staged_by else 0)
 
+    def start(self, flight_ids: list[str]) -> None:
+        """Begin loading these flights now, one after another on a background thread: the GPU step starts its first
+        flight (lever 1) while its models load, so the section does not wait for it. `load` takes it from there."""
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="first-flight")
+        for flight_id in flight_ids:
+            self._early[flight_id] = pool.submit(self._load, flight_id)
+        pool.shutdown(wait=False)
+
     def load(self, flight_id: str) -> FlightAudio:
         """The flight's audio: its pieces fetched and decoded (`workers` at once), laid out in plan order."""
+        early = self._early.pop(flight_id, None)
+        return early.result() if early is not None else self._load(flight_id)
+
+    def _load(self, flight_id: str) -> FlightAudio:
         planned = self.pieces.get(flight_id, [])
         work = self._window if planned and planned[0].window is not None else self._whole
         with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="fetch-unit") as pool:
@@ -255,7 +269,12 @@ class FlightSource:
         return FlightAudio(flight_id, audio, pieces)
 
     def close(self) -> None:
-        """Close every windowed unit's stream still open (the section ended before its last window)."""
+        """Close every windowed unit's stream still open (the section ended before its last window), after any flight
+        started early and not taken has finished loading (it is dropped)."""
+        for early in self._early.values():
+            early.cancel()
+            concurrent.futures.wait([early])
+        self._early.clear()
         with self._streams_lock:
             for stream in self._streams.values():
                 with stream.lock:

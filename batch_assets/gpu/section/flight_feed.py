@@ -2,9 +2,10 @@
 
 With preparation on, while the section works on one flight background threads (`workers`, the run config's
 `prepare_workers`) load the next flights, never more than the decode budget ahead (at least one flight, even if
-it alone exceeds it), each flight's units read concurrently (`load`: `storage/arrays.py: read_flight`, the run
-config's `fetch_workers`); whatever was prepared and not consumed is released when the section ends. With
-preparation off, each flight is loaded inside the section, one unit after another: the serial baseline.
+it alone exceeds it), each flight's units fetched and decoded concurrently (`load`: `ingest/flight_audio.py:
+FlightSource.load`, the run config's `fetch_workers`); whatever was prepared and not consumed is released when the
+section ends. With preparation off, each flight is loaded inside the section, one unit after another: the serial
+baseline.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class Levers:
 
     @property
     def unit_fetch_workers(self) -> int:
-        """A flight's units read at once (`storage/arrays.py: read_flight`): `fetch_workers` with lever 1, else one
+        """A flight's units fetched and decoded at once (`FlightSource.load`): `fetch_workers` with lever 1, else one
         after another (the serial baseline)."""
         return self.fetch_workers if self.prepare_flight_enabled else 1
 

@@ -9,6 +9,7 @@ line per commit (`gpu/steps/progress.py`), and returns a `ShardReport`.
 """
 
 import collections
+import contextlib
 import dataclasses
 import resource
 from collections.abc import Iterable
@@ -155,45 +156,48 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
             row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
             unit_hints_ if row.get("window") is None else window_hints(unit_hints_),
             languages.get(row["unit_id"], DETECT)))
-    models = gpu.load(context.log)
-    stops.checkpoint()
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, fetch_workers=config.fetch_workers,
                     asr_batch_size=gpu.asr_batch_size)
-    progress = StepProgress(f"{report.partition} {step_name(report.shard, report.leftover)}", len(report.flights),
-                            report.audio_s)
-    progress.resumed(len(report.flights) - len(pending), sum(planned[f].audio_s for f in report.resumed_flights))
-
-    def commit(flight_id: str, outcomes: list) -> None:
-        commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
-        context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
-
     # the whole plan: a resumed windowed unit's layout and window count include its windows already committed
     source = flight_source(plan, manifest, storage.filesystem, levers.unit_fetch_workers,
                            storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok)
-    try:
-        section = run_section(
-            models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
-            load=source.load, commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
-        )
-    except DeviceFault as error:
-        quarantine(str(error))
-        context.log.error(f"QUARANTINED: {error}")
-        # Retried (the op's retry policy), in a fresh process or pod: this one refuses GPU work from now on. The
-        # flights committed so far are kept and the lease stays with this run for the retry.
-        unfinished = commits.problems({f: planned[f].fingerprint for f in pending})
-        raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried in a "
-                         f"fresh process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) it ran are "
-                         "committed and kept", metadata={"quarantine": str(error)}, allow_retries=True) from error
-    except DecoderModeError as error:
-        quarantine(str(error))
-        lease.release()  # not retried: this run will not write the partition
-        context.log.error(f"QUARANTINED: {error}")
-        # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
-        raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
-                         allow_retries=False) from error
-    finally:
-        source.close()  # a windowed unit's stream the section did not finish
+    if levers.prepare_flight_enabled:
+        source.start(pending[:1])  # lever 1: the first flight fetched and decoded while the models load
+    with contextlib.closing(source):  # a flight started early and a windowed unit's stream the section left
+        models = gpu.load(context.log)
+        stops.checkpoint()
+        progress = StepProgress(f"{report.partition} {step_name(report.shard, report.leftover)}",
+                                len(report.flights), report.audio_s)
+        progress.resumed(len(report.flights) - len(pending),
+                         sum(planned[f].audio_s for f in report.resumed_flights))
+
+        def commit(flight_id: str, outcomes: list) -> None:
+            commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
+            context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
+
+        try:
+            section = run_section(
+                models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
+                load=source.load, commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
+            )
+        except DeviceFault as error:
+            quarantine(str(error))
+            context.log.error(f"QUARANTINED: {error}")
+            # Retried (the op's retry policy), in a fresh process or pod: this one refuses GPU work from now on.
+            # The flights committed so far are kept and the lease stays with this run for the retry.
+            unfinished = commits.problems({f: planned[f].fingerprint for f in pending})
+            raise dg.Failure(description=f"worker quarantined after a device fault: {error}. The step is retried "
+                             f"in a fresh process; {len(pending) - len(unfinished)} of the {len(pending)} flight(s) "
+                             "it ran are committed and kept", metadata={"quarantine": str(error)},
+                             allow_retries=True) from error
+        except DecoderModeError as error:
+            quarantine(str(error))
+            lease.release()  # not retried: this run will not write the partition
+            context.log.error(f"QUARANTINED: {error}")
+            # Not retried here: this process is quarantined. A rerun lands on a fresh worker (a new pod).
+            raise dg.Failure(description=f"worker quarantined: {error}", metadata={"quarantine": str(error)},
+                             allow_retries=False) from error
     return dataclasses.replace(
         report, processed_flights=pending, section=section.to_metadata(),
         step_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
