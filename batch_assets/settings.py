@@ -223,14 +223,11 @@ class Settings:
         "BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS", _p(env_int, 30, 0, 3600), "30",
         "seconds before a failed step of the GPU section (a shard, a leftover step, the assembly) is retried, in a "
         "fresh process or pod, 0–3600")
-    # A GPU step fetches and decodes its own flights (issue 55): its pod's CPUs keep the decode ahead of the device
-    # (docs/deployment.md: sizing)
     gpu_step_cpu: int = _variable("BATCH_ASSETS_GPU_STEP_CPU", _p(env_int, 6, 1, 256), "6",
                                   "CPUs a GPU step's pod requests on Kubernetes (the section's host work and the "
                                   "decode of its flights), 1–256")
-    gpu_step_memory_gib: int = _variable("BATCH_ASSETS_GPU_STEP_MEMORY_GIB", _p(env_int, 24, 1, 4096), "24",
-                                         "GiB of memory a GPU step's pod requests on Kubernetes (its limit: 4/3 of "
-                                         "it), 1–4096")
+    gpu_step_memory_gib: int = _variable("BATCH_ASSETS_GPU_STEP_MEMORY_GIB", _p(env_int, 24, 1, 4096), "24", "GiB "
+                                         "a GPU step's pod requests on Kubernetes (limit: 4/3 of it), 1–4096")
     partitions_start: str = _variable("BATCH_ASSETS_PARTITIONS_START", _p(env_day, "2026-01-01"), "2026-01-01",
                                       "the first partition (YYYY-MM-DD)")
     schedule_running: bool = _variable("BATCH_ASSETS_SCHEDULE_RUNNING", _p(env_bool, False), "false",

@@ -86,6 +86,8 @@ def test_good_units_are_planned_into_budgeted_flights_from_their_headers(local_i
         assert samples == round(row["audio_s"] * 16000)
     assert set(flights.columns) == {"flight_id", "num_units", "audio_s"}  # a plan: no audio written
     assert (manifest["probe_bytes"].fill_null(0) <= 2 * 65536).all()  # headers only
+    undecodable = manifest.filter(pl.col("result_class") == "undecodable")
+    assert undecodable.height and (undecodable["probe_bytes"] > 0).all()  # what was read to find no header counts
     durations = dict(zip(plan["unit_id"], plan["duration_s"], strict=True))
     planned = dict(zip(manifest["unit_id"], manifest["duration_s"], strict=True))
     for uid, seconds in durations.items():

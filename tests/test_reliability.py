@@ -26,8 +26,9 @@ import soundfile as sf
 
 from batch_assets.gpu.device.lock import lock_path
 from batch_assets.gpu.steps.resources import GpuResource, model_loads
-from batch_assets.ingest.fetch import FetchError, RetryPolicy, download, with_retries
+from batch_assets.ingest.fetch import FetchError, RetryPolicy, with_retries
 from batch_assets.ingest.manifest import build_manifest
+from batch_assets.ingest.source_objects import read_once
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import make_resources, materialize_partition
@@ -227,8 +228,8 @@ def test_the_fault_proxy_passes_head_and_range_requests_through(tmp_path):
         fs, path = storage.filesystem("s3://proxy/in/flaky_big.wav")
         assert fs.info(path)["size"] == len(body)  # a HEAD through the proxy
         with open(tmp_path / "copy", "w+b") as dest:
-            size, digest = download(fs, path, dest, RetryPolicy(attempts=4, base_delay_s=0.01))
-        assert (size, digest) == (len(body), hashlib.sha256(body).hexdigest())
+            read = read_once(fs, path, None, dest, None, RetryPolicy(attempts=4, base_delay_s=0.01))
+        assert (read.size, read.sha256) == (len(body), hashlib.sha256(body).hexdigest())
         assert s3.proxy.failures["/proxy/in/flaky_big.wav"] == 2  # the faults were on, and retried through
         with fs.open(path, "rb", block_size=256 * 1024) as handle:  # ranged GETs, 206 answers
             handle.seek(2**20 + 7)

@@ -182,18 +182,17 @@ def _ffmpeg_estimate(handle: RangedFile, suffix: str) -> AudioInfo:
     return parse_ffmpeg_header(result.stderr)
 
 
-def probe_object(size: int, read_range: Callable[[int, int], bytes], suffix: str) -> tuple[AudioInfo, RangedFile]:
-    """(rate, channels, frames; the reader, whose `bytes_read` says what the probe cost) of an object of `size` bytes
-    read through `read_range`; `DecodeError` when no reader finds an audio header in its head and tail."""
-    handle = RangedFile(size, read_range)
+def probe_object(handle: RangedFile, suffix: str) -> AudioInfo:
+    """Rate, channels and frames of the object behind `handle` (its `bytes_read` then says what the probe cost,
+    whether or not it found a header); `DecodeError` when no reader finds an audio header in its head and tail."""
     if handle.pread(4, 4) == b"ftyp":
-        return _mp4_info(handle), handle
-    budgeted = RangedFile(size, lambda start, end: _cached(handle, start, end), limit=PROBE_LIMIT)
+        return _mp4_info(handle)
+    budgeted = RangedFile(handle.size, lambda start, end: _cached(handle, start, end), limit=PROBE_LIMIT)
     try:
-        return _soundfile_info(budgeted), handle
+        return _soundfile_info(budgeted)
     except Exception as soundfile_error:  # libsndfile cannot read it from its head (or needed more): ask ffmpeg
         try:
-            return _ffmpeg_estimate(handle, suffix), handle
+            return _ffmpeg_estimate(handle, suffix)
         except DecodeError as ffmpeg_error:
             said = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "its head", str(soundfile_error))  # no object address
             raise DecodeError(f"{ffmpeg_error} (soundfile: {said[:120]})") from None
@@ -206,4 +205,4 @@ def _cached(handle: RangedFile, start: int, end: int) -> bytes:
 
 def probe(data: bytes, suffix: str) -> AudioInfo:
     """`probe_object` for bytes in memory (tests, tools)."""
-    return probe_object(len(data), lambda start, end: data[start:end], suffix)[0]
+    return probe_object(RangedFile(len(data), lambda start, end: data[start:end]), suffix)

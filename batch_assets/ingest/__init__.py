@@ -1,1 +1,2 @@
-"""Ingest: list and fetch a partition's audio (`fetched_audio`), decode it into flights (`prepared_flights`)."""
+"""Ingest: list a partition's audio from headers (`fetched_audio`), plan it into flights (`prepared_flights`), and
+fetch and decode a flight's audio for the GPU step that processes it (`flight_audio.py`)."""

@@ -14,17 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
 import os
 import stat
 import time
 from collections.abc import Callable
 from typing import BinaryIO, TypeVar
-
-import fsspec
-
-from batch_assets.ingest.units import relative_key
-from batch_assets.storage.paths import is_local
 
 T = TypeVar("T")
 CHUNK = 8 * 2**20
@@ -95,31 +89,3 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRIES)
     raise FetchError(f"read failed after {policy.attempts} attempts: {type(last).__name__}: {str(last)[:200]}")
 
 
-def download(fs: fsspec.AbstractFileSystem, path: str, dest: BinaryIO, policy: RetryPolicy = DEFAULT_RETRIES,
-             confine_to: str | None = None) -> tuple[int, str]:
-    """Stream an object into `dest` in chunks (memory stays flat); returns (bytes, sha256 hex).
-
-    `confine_to`: the partition folder of a local object, which it is opened beneath (`open_confined`)."""
-    if confine_to is not None and is_local(fs):
-        rel = relative_key(confine_to, path)  # ValueError when the path is not under it
-
-        def opener():
-            return open_confined(confine_to, rel)
-    else:
-
-        def opener():
-            return fs.open(path, "rb", block_size=CHUNK)
-
-    def copy() -> tuple[int, str]:
-        dest.seek(0)
-        dest.truncate()
-        digest, size = hashlib.sha256(), 0
-        with opener() as handle:
-            while chunk := handle.read(CHUNK):
-                digest.update(chunk)
-                dest.write(chunk)
-                size += len(chunk)
-        dest.flush()
-        return size, digest.hexdigest()
-
-    return with_retries(copy, policy)

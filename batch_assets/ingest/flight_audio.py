@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
+from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, suffix_of
 from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
 from batch_assets.ingest.source_objects import ObjectVersion, ReadObject, read_once
-from batch_assets.long_units.windows import WindowSpec, piece_id, planned_spec, split_windows
+from batch_assets.ingest.window_stream import WindowStream
+from batch_assets.long_units.windows import WindowSpec, piece_id, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
 
 # Decoded longer than listed by more than this is worth a reason (containers round their durations)
@@ -109,59 +110,6 @@ def _failed(error: Exception) -> DecodedPiece:
     return DecodedPiece(problem=(cls, str(error)[:500]))
 
 
-class _WindowStream:
-    """One windowed unit's decoding stream: its object staged once, its windows taken as the flights ask for them.
-
-    Lever 1 loads flights ahead on several threads, so a unit's windows may be asked for out of order: a window the
-    stream passes on its way to a later one is kept until taken if this step will ask for it (`wanted`), else
-    dropped (committed by an earlier run). The stream closes once every wanted window has been taken."""
-
-    def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
-                 wanted: set[int]):
-        self.stage, self.spec, self.wanted = stage, spec, set(wanted)
-        self.lock = threading.Lock()
-        self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
-        self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
-        self.held: dict[int, tuple[float, np.ndarray]] = {}
-
-    def take(self, window: int) -> tuple[float, np.ndarray | None, Exception | None]:
-        """(start_s, the window's samples or None when the stream ends before it, the stream's error)."""
-        with self.lock:
-            self.wanted.discard(window)
-            try:
-                if window in self.held:
-                    return (*self.held.pop(window), None)
-                if self.error is not None:
-                    return 0.0, None, self.error
-                if self.windows is None and self.next == 0:
-                    path, self.read, self.stack = self.stage()
-                    self.staged_by = window
-                    self.windows = split_windows(stream_file(path), self.spec)
-                while self.windows is not None and self.next <= window:
-                    index = self.next
-                    start_s, samples = next(self.windows, (None, None))
-                    self.next += 1
-                    if samples is None:
-                        break
-                    self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
-                    if index == window:
-                        return start_s, samples, None
-                    if index in self.wanted:
-                        self.held[index] = (start_s, samples)
-                return 0.0, None, None
-            except (DecodeError, FetchError, ChangedSinceListed) as error:
-                self.error = error
-                return 0.0, None, error
-            finally:
-                if not self.wanted or self.error is not None:
-                    self.close()
-
-    def close(self) -> None:
-        if self.stack is not None:
-            self.stack.close()
-            self.stack, self.windows = None, None
-
-
 class FlightSource:
     """Loads flights' audio from the source for the section (`load`), as planned (`pieces` by flight)."""
 
@@ -175,7 +123,7 @@ class FlightSource:
         self.pieces, self.units, self.filesystem = pieces, units, filesystem
         self.workers, self.retries, self.windows, self.tmp_dir = max(1, workers), retries, windows or {}, tmp_dir
         self.latency_s = latency_s
-        self._streams: dict[str, _WindowStream] = {}
+        self._streams: dict[str, WindowStream] = {}
         self._streams_lock = threading.Lock()
         self._early: dict[str, concurrent.futures.Future] = {}
 
@@ -204,7 +152,7 @@ class FlightSource:
         note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE)
         return samples, DecodedPiece(0, len(samples), None, note, truncated, read.sha256, read.size)
 
-    def _stream(self, unit_id: str) -> _WindowStream:
+    def _stream(self, unit_id: str) -> WindowStream:
         with self._streams_lock:
             if unit_id not in self._streams:
                 unit = self.units[unit_id]
@@ -219,7 +167,7 @@ class FlightSource:
                     return path, read, stack
 
                 wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
-                self._streams[unit_id] = _WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted)
+                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted)
             return self._streams[unit_id]
 
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:

@@ -22,16 +22,15 @@ from collections.abc import Iterator
 import polars as pl
 
 from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, suffix_of
-from batch_assets.audio.header_probe import probe_object
+from batch_assets.audio.header_probe import RangedFile, probe_object
 from batch_assets.ingest.fetch import (
     DEFAULT_RETRIES,
     ChangedSinceListed,
     FetchError,
     RetryPolicy,
-    download,
     with_retries,
 )
-from batch_assets.ingest.source_objects import opened
+from batch_assets.ingest.source_objects import opened, read_once
 from batch_assets.ingest.speaker_hints import (
     MAX_SIDECAR_BYTES,
     SIDECAR_SUFFIX,
@@ -129,11 +128,11 @@ def describe_object(
         with opened(fs, path, partition_path) as (version, read_range):
             if version.size == 0:
                 return version, None, 0
+            reader = RangedFile(version.size, read_range)
             try:
-                info, reader = probe_object(version.size, read_range, suffix_of(rel))
-            except DecodeError as error:
-                return version, error, 0
-            return version, info, reader.bytes_read
+                return version, probe_object(reader, suffix_of(rel)), reader.bytes_read
+            except DecodeError as error:  # its head was read all the same
+                return version, error, reader.bytes_read
 
     try:
         version, info, probed = with_retries(describe, retries)
@@ -165,7 +164,7 @@ def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path:
     try:
         if (size := fs.size(path)) > MAX_SIDECAR_BYTES:  # never read a huge object into memory
             raise HintError(f"{rel}: {size} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
-        download(fs, path, buffer, retries, confine_to=partition_path)
+        read_once(fs, path, None, buffer, partition_path, retries)
         declared = sidecar_language(buffer.getvalue(), rel)
         language = {} if declared is None else {"sidecar_language": storable(declared[:100])}
         hints = parse_sidecar(buffer.getvalue(), rel)

@@ -77,39 +77,42 @@ def _fd_version(handle: BinaryIO) -> ObjectVersion:
 
 
 @contextlib.contextmanager
-def opened(fs, path: str, confine_to: str | None, fresh: bool = False
-           ) -> Iterator[tuple[ObjectVersion, Callable[[int, int], bytes]]]:
-    """(the object's version now, a ranged reader `read(start, end)`); locally one confined descriptor read with
-    `pread`. `fresh`: ask the store again, not the listing cached in this process."""
+def _whole(fs, path: str, confine_to: str | None) -> Iterator[tuple[ObjectVersion, BinaryIO]]:
+    """(the object's version now, a handle on its bytes); locally one confined descriptor, its version from it."""
     if _local(fs, confine_to):
         with open_confined(confine_to, relative_key(confine_to, path)) as handle:
-            fd = handle.fileno()
-            yield _fd_version(handle), lambda start, end: os.pread(fd, end - start, start)
+            yield _fd_version(handle), handle
         return
-    if fresh:
-        fs.invalidate_cache(path)
+    fs.invalidate_cache(path)  # the store's version now, not the listing cached in this process
+    version = _store_version(fs.info(path))
+    with fs.open(path, "rb", block_size=CHUNK) as handle:
+        yield version, handle
+
+
+@contextlib.contextmanager
+def opened(fs, path: str, confine_to: str | None) -> Iterator[tuple[ObjectVersion, Callable[[int, int], bytes]]]:
+    """(the object's version as listed, a ranged reader `read(start, end)`); locally one confined descriptor read
+    with `pread`, on a store ranged GETs (the version from the listing cached in this process)."""
+    if _local(fs, confine_to):
+        with _whole(fs, path, confine_to) as (version, handle):
+            fd = handle.fileno()
+            yield version, lambda start, end: os.pread(fd, end - start, start)
+        return
     yield _store_version(fs.info(path)), lambda start, end: fs.cat_file(path, start=start, end=end)
 
 
-def read_once(fs, path: str, listed: ObjectVersion, dest: BinaryIO, confine_to: str | None,
+def read_once(fs, path: str, listed: ObjectVersion | None, dest: BinaryIO, confine_to: str | None,
               retries: RetryPolicy = DEFAULT_RETRIES) -> ReadObject:
     """Stream the object into `dest` (chunks: memory stays flat), hashing as it streams; `ChangedSinceListed` when
-    it is not the object `listed` (size or version before the read, size after, MD5 against an MD5 ETag)."""
+    it is not the object `listed` (size or version before the read, size after, MD5 against an MD5 ETag). `listed`
+    None: whatever the object holds now (a sidecar). Retried (`retries`) on storage errors."""
 
     def copy() -> ReadObject:
         dest.seek(0)
         dest.truncate()
         sha256, md5, size = hashlib.sha256(), hashlib.md5(usedforsecurity=False), 0
-        if _local(fs, confine_to):
-            handle_cm = open_confined(confine_to, relative_key(confine_to, path))
-            now = None
-        else:
-            fs.invalidate_cache(path)
-            now = _store_version(fs.info(path))
-            handle_cm = fs.open(path, "rb", block_size=CHUNK)
-        with handle_cm as handle:
-            now = now or _fd_version(handle)
-            if (now.size, now.version) != (listed.size, listed.version):
+        with _whole(fs, path, confine_to) as (now, handle):
+            if listed is not None and (now.size, now.version) != (listed.size, listed.version):
                 raise ChangedSinceListed(f"changed since listed: now {now.size} bytes, {now.version}; listed "
                                          f"{listed.size} bytes, {listed.version}")
             while chunk := handle.read(CHUNK):
@@ -118,9 +121,9 @@ def read_once(fs, path: str, listed: ObjectVersion, dest: BinaryIO, confine_to: 
                 dest.write(chunk)
                 size += len(chunk)
         dest.flush()
-        if size != listed.size:
+        if listed is not None and size != listed.size:
             raise ChangedSinceListed(f"changed while read: {size} bytes read, {listed.size} listed")
-        if listed.etag_md5 and md5.hexdigest() != listed.etag_md5:
+        if listed is not None and listed.etag_md5 and md5.hexdigest() != listed.etag_md5:
             raise ChangedSinceListed(f"changed while read: MD5 {md5.hexdigest()} of the bytes read, ETag "
                                      f"{listed.etag_md5} listed")
         return ReadObject(size, sha256.hexdigest(), now)

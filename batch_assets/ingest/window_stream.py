@@ -1,0 +1,74 @@
+"""One windowed unit's decoding stream, for the GPU step that loads its windows (`flight_audio.py`).
+
+Why: a long unit (`long_units/windows.py`) is decoded streaming into its planned windows, holding a window, not the
+recording. Its object is staged once (by the first load of one of its windows), one decoding stream cuts it into
+windows in order, and each window's load decodes up to its own. Lever 1 loads flights ahead on several threads, so
+windows may be asked for out of order: a window the stream passes is held until taken if this step will ask for it,
+else dropped (committed by an earlier run). No Dagster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, stream_file
+from batch_assets.ingest.fetch import ChangedSinceListed, FetchError
+from batch_assets.ingest.source_objects import ReadObject
+from batch_assets.long_units.windows import WindowSpec, split_windows
+
+
+class WindowStream:
+    """One windowed unit's decoding stream: its object staged once, its windows taken as the flights ask for them.
+
+    Lever 1 loads flights ahead on several threads, so a unit's windows may be asked for out of order: a window the
+    stream passes on its way to a later one is kept until taken if this step will ask for it (`wanted`), else
+    dropped (committed by an earlier run). The stream closes once every wanted window has been taken."""
+
+    def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
+                 wanted: set[int]):
+        self.stage, self.spec, self.wanted = stage, spec, set(wanted)
+        self.lock = threading.Lock()
+        self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
+        self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
+        self.held: dict[int, tuple[float, np.ndarray]] = {}
+
+    def take(self, window: int) -> tuple[float, np.ndarray | None, Exception | None]:
+        """(start_s, the window's samples or None when the stream ends before it, the stream's error)."""
+        with self.lock:
+            self.wanted.discard(window)
+            try:
+                if window in self.held:
+                    return (*self.held.pop(window), None)
+                if self.error is not None:
+                    return 0.0, None, self.error
+                if self.windows is None and self.next == 0:
+                    path, self.read, self.stack = self.stage()
+                    self.staged_by = window
+                    self.windows = split_windows(stream_file(path), self.spec)
+                while self.windows is not None and self.next <= window:
+                    index = self.next
+                    start_s, samples = next(self.windows, (None, None))
+                    self.next += 1
+                    if samples is None:
+                        break
+                    self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
+                    if index == window:
+                        return start_s, samples, None
+                    if index in self.wanted:
+                        self.held[index] = (start_s, samples)
+                return 0.0, None, None
+            except (DecodeError, FetchError, ChangedSinceListed) as error:
+                self.error = error
+                return 0.0, None, error
+            finally:
+                if not self.wanted or self.error is not None:
+                    self.close()
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+            self.stack, self.windows = None, None
