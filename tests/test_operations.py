@@ -115,6 +115,22 @@ def test_unit_subset_rerun_refuses_a_multi_partition_run(tmp_path, lock_dir):
     assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in result.all_events)
 
 
+def _read_all(leader: int) -> str:
+    """Everything written to a closed pseudo-terminal: one os.read returns what has arrived so far (CI once got the
+    text without its closing CR LF), so read until the follower's end reports EIO."""
+    import os
+
+    chunks = []
+    try:
+        while chunk := os.read(leader, 4096):
+            chunks.append(chunk)
+    except OSError:  # EIO: the follower is closed and everything written has been read
+        pass
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode()
+
+
 def test_progress_is_one_line_rewritten_on_a_terminal_and_a_line_each_elsewhere(tmp_path):
     """What `batch-assets run` does with the GPU steps' progress lines (cli/run_output.py: Terminal), on a real
     pseudo-terminal and on a file; the lines themselves come from gpu/steps/progress.py."""
@@ -137,8 +153,7 @@ def test_progress_is_one_line_rewritten_on_a_terminal_and_a_line_each_elsewhere(
         terminal.status(first)
         terminal.status(last)
         terminal.line("  ok     gpu_section.gpu_shard")
-    shown = os.read(leader, 4096).decode()
-    os.close(leader)
+    shown = _read_all(leader)
     assert terminal.live and shown == f"\r\x1b[K{first}\r\x1b[K{last}\r\x1b[K  ok     gpu_section.gpu_shard\r\n", shown
     with (tmp_path / "out.txt").open("w") as stream:
         terminal = Terminal(stream)
