@@ -20,6 +20,7 @@ import pathlib
 import shutil
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pytest
 
@@ -219,17 +220,6 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
           f"({meta['flights_finished_in_leftover_steps'].value} flight(s)) in {answer['wall_s']:.1f} s")
 
 
-def test_a_units_rerun_replaces_only_those_units(deployment, flights_of_one):
-    unit = "calls/2026/support_call.flac"
-    before = tables_of(deployment.storage)
-    config = {"ops": {"gpu_section": {"config": {"units": [unit]}}}}
-    answer = deployment.run(partition=P, run_config=config, assets=GPU_ASSETS)
-    assert answer["success"], answer["log"].read_text()[-5000:]
-    after = tables_of(deployment.storage)
-    assert_same_results(before, after)  # the same unit processed again gives the same rows, in the same order
-    assert _metadata(deployment, answer["run_id"])["rerun_units"].value == ["calls__2026__support_call.flac"]
-
-
 @contextlib.contextmanager
 def refusing_writes(deployment, under: str):
     """Writes under `under` fail: on S3 the proxy answers 403 AccessDenied (an IAM policy); locally a file takes
@@ -253,7 +243,8 @@ def refusing_writes(deployment, under: str):
 
 def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(deployment, sample_run):
     """Why 5 of issue 20: assembly fails on the backfill's second partition (its storage refuses writes); the
-    re-execution keeps the first partition as written (its commits are gone) and completes the second."""
+    re-execution keeps the first partition as written (its commits are gone) and completes the second. Then a
+    `units` rerun of two of the first partition's units gives their rows back, every column (issue 56)."""
     _, expected = sample_run
     with refusing_writes(deployment, f"transcripts/{P2}"):
         failed = deployment.run(partition=P, last=P2)
@@ -269,6 +260,22 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     for partition in (P, P2):
         assert_same_results(tables_of(expected), tables_of(deployment.storage, partition))
         assert _metadata(deployment, answer["run_id"], partition=partition)["units"].value == 5
+    # issue 56: an analyst reruns two units, which the run had heard in flights with others: their rows come back
+    # the same, every column (a unit's ASR does not depend on what shares its batches), and the others are kept
+    units = ["calls/2026/support_call.flac", "meetings/planning.mp3"]
+    before = tables_of(deployment.storage)
+    rerun = deployment.run(partition=P, run_config={"ops": {"gpu_section": {"config": {"units": units}}}},
+                           assets=GPU_ASSETS)
+    assert rerun["success"], rerun["log"].read_text()[-5000:]
+    after = tables_of(deployment.storage)
+    embeddings = [np.array(t["diarization", "speakers"]["embedding"].to_list()) for t in (before, after)]
+    np.testing.assert_allclose(*embeddings, rtol=0, atol=1e-6)  # lever 5's batches: its last-bit tolerance
+    for tables in (before, after):
+        tables["diarization", "speakers"] = tables["diarization", "speakers"].drop("embedding")
+    assert_same_results(before, after)  # the same units processed again: the same rows, every other column
+    meta = _metadata(deployment, rerun["run_id"])
+    assert meta["rerun_units"].value == ["calls__2026__support_call.flac", "meetings__planning.mp3"]
+    assert meta["resumed_flights"].value == 0  # recomputed, not reused: the whole run's commits were assembled
 
 
 def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_one):

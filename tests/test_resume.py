@@ -65,6 +65,18 @@ def test_a_flights_fingerprint_follows_its_units_and_their_listed_objects():
     assert changed.fingerprint != first.fingerprint  # the object changed (another version listed): redo
     [resized] = planned_flights(manifest.with_columns(pl.Series("bytes", [100, 201])), plan, flights)
     assert resized.fingerprint not in (first.fingerprint, changed.fingerprint)
-    assert planned_flights(manifest, plan, flights, units=["b"]) == [first]
+    # a `units` rerun's commits hold those units only: never taken for the whole flight's, nor another selection's
+    [only_b] = planned_flights(manifest, plan, flights, units=["b"])
+    assert only_b.flight_id == "f0" and only_b.fingerprint != first.fingerprint
+    assert planned_flights(manifest, plan, flights, units=["b", "zzz"]) == [only_b]
+    assert planned_flights(manifest, plan, flights, units=["a", "b"])[0].fingerprint not in (first.fingerprint,
+                                                                                            only_b.fingerprint)
     assert planned_flights(manifest, plan, flights, units=["zzz"]) == []
+    # what the run config gives a unit (its hints, its declared language) is in its flight's fingerprint
+    inputs = {"a": [[None, None, None], [None, None, None]], "b": [[None, None, None], [None, None, None]]}
+    [plain] = planned_flights(manifest, plan, flights, inputs=inputs)
+    [hinted] = planned_flights(manifest, plan, flights, inputs=inputs | {"b": [[2, None, None], [None, None, None]]})
+    [declared] = planned_flights(manifest, plan, flights, inputs=inputs | {"a": [[None, None, None],
+                                                                                 ["en", "run_config", None]]})
+    assert len({plain.fingerprint, hinted.fingerprint, declared.fingerprint}) == 3
     assert plan_fingerprint([first]) == plan_fingerprint([moved]) != plan_fingerprint([changed])

@@ -6,6 +6,8 @@ filesystem and over S3 (moto). The kill -9 and re-execution cases run end to end
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -231,7 +233,7 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
 
     storage = StorageResource(storage_url=str(tmp_path))
     friday = _identity()
-    FlightCommits(storage, P, "root-run", friday).commit("flight-0000", [], "fp")
+    FlightCommits(storage, P, "root-run", friday).commit("flight-0000", HEARD_EN, "fp")
     judged = lambda identity: FlightCommits(storage, P, "root-run", identity).problem("flight-0000", "fp")  # noqa: E731
     assert judged(_identity(**{name: False for name in EXACT_SWITCHES})) is None  # exact levers: reused
     assert judged(friday) is None
@@ -243,14 +245,15 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     assert why.startswith("made under another deployment (asr en: builtin:tiny-tdt (sha256 ") and str(copy) in why
     assert why_kind(why) == "made under another deployment: asr en"
     FlightCommits(storage, P, "root-run", GpuResource(asr_model=str(copy)).commit_identity(switches)).commit(
-        "flight-0000", [], "fp")
+        "flight-0000", HEARD_EN, "fp")
     copy.write_bytes(copy.read_bytes()[:-1] + b"x")  # retrained or replaced in place: same path, other bytes
     os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 10**9))  # a coarse clock: still newer
     changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches))
     assert changed is not None and why_kind(changed) == "made under another deployment: asr en"
     other = GpuResource(asr_model=str(copy)).commit_identity(switches)
-    FlightCommits(storage, P, "root-run", other).commit("flight-0000", [], "fp")
-    for field, value in (("schema_version", "older"), ("package_version", "0.0.1"), ("word_confidence", False)):
+    FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp")
+    for field, value in (("schema_version", "older"), ("package_version", "0.0.1"), ("word_confidence", False),
+                         ("segmentation_batch_size", 8), ("device_type", "cuda")):
         changed = judged(CommitIdentity(**{**vars(other), field: value}))
         assert changed is not None and field.replace("_", " ") in changed, changed
     changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches | {"tf32_enabled": True}))
@@ -261,11 +264,131 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     assert "records no identity" in judged(other)
 
 
-def test_the_package_version_digests_every_module_of_the_package():
-    """Wherever commit_identity.py sits in the package, its code digest covers all of the package, not its folder."""
+def _heard(unit_id: str, language: str | None, source: str | None = "detected"):
+    from batch_assets.gpu.section.flight import UnitOutcome
+    from batch_assets.schema.results import ResultClass
+
+    return UnitOutcome(unit_id, "flight", 1.0, ResultClass.SILENT if language is None else ResultClass.FAILED,
+                       language=language, language_source=source if language else None)
+
+
+HEARD_EN = [_heard("u-en", "en")]
+
+
+def test_a_flights_commit_records_the_models_its_units_used_and_only_those_redo_it(tmp_path):
+    """Issue 56: changing the `ja` model redoes the flights that heard Japanese, not the others; a language heard
+    without a model is recorded as none (a model added for it redoes the flight); language identification counts
+    only where a language was detected; the device type counts where a GPU step judges."""
+    from batch_assets.gpu.outputs.commits import FlightCommits
+    from batch_assets.gpu.steps.resources import GpuResource
+    from batch_assets.models.names import TINY_TDT
+    from batch_assets.switches import SWITCHES
+
+    storage = StorageResource(storage_url=str(tmp_path))
+    switches = {s.name: s.default for s in SWITCHES}
+    before = GpuResource(asr_models={"en": TINY_TDT, "ja": "builtin:tiny-tdt-ja"}).commit_identity(switches)
+    commits = FlightCommits(storage, P, "root-run", before)
+    commits.commit("flight-en", [_heard("u-1", "en"), _heard("u-2", None)], "fp")
+    commits.commit("flight-ja", [_heard("u-3", "ja", "sidecar"), _heard("u-4", "xx", "run_config")], "fp")
+    recorded = json.loads((tmp_path / "gpu_work" / P / "root-run" / "flight-ja.commit.json").read_text())
+    assert sorted(recorded["identity"]["models"]) == ["asr ja", "asr xx", "diarization"]
+    assert recorded["identity"]["models"]["asr xx"] is None
+    judged = lambda resource, flight: FlightCommits(storage, P, "root-run", resource.commit_identity(  # noqa: E731
+        switches)).problem(flight, "fp")
+    new_ja = GpuResource(asr_models={"en": TINY_TDT, "ja": "builtin:tiny-tdt-de"})
+    assert judged(new_ja, "flight-en") is None and "asr ja: builtin:tiny-tdt-ja" in judged(new_ja, "flight-ja")
+    with_xx = GpuResource(asr_models={"en": TINY_TDT, "ja": "builtin:tiny-tdt-ja", "xx": TINY_TDT})
+    assert judged(with_xx, "flight-en") is None and "asr xx: none -> builtin:tiny-tdt" in judged(with_xx, "flight-ja")
+    new_langid = GpuResource(asr_models={"en": TINY_TDT, "ja": "builtin:tiny-tdt-ja"}, language_id_model="other")
+    assert "language id" in judged(new_langid, "flight-en") and judged(new_langid, "flight-ja") is None
+    on_cuda = dataclasses.replace(before, device_type="cuda")
+    assert "device type: None -> cuda" in FlightCommits(storage, P, "root-run", on_cuda).problem("flight-en", "fp")
+
+
+def test_a_new_run_reuses_another_runs_valid_commits_and_reads_them_where_they_lie(tmp_path):
+    """Issue 56: a flight without a commit under this root run takes a valid one of another root run of the
+    partition (a stopped run's); one made for another plan or under another identity is not taken; the fragments
+    are read from the run that made them."""
+    from batch_assets.gpu.outputs.commits import FlightCommits
+
+    storage = StorageResource(storage_url=str(tmp_path))
+    stopped = FlightCommits(storage, P, "stopped-run", _identity())
+    stopped.commit("flight-0000", HEARD_EN, "fp-0")
+    stopped.commit("flight-0001", HEARD_EN, "fp-old")  # the plan changed since for this one
+    FlightCommits(storage, P, "tf32-run", _identity(tf32_enabled=True)).commit("flight-0002", HEARD_EN, "fp-2")
+    new = FlightCommits(storage, P, "new-run", _identity())
+    problems = new.problems({"flight-0000": "fp-0", "flight-0001": "fp-1", "flight-0002": "fp-2"})
+    assert problems == {"flight-0001": "not committed", "flight-0002": "not committed"}
+    assert new.reused == {"flight-0000": "stopped-run"}
+    assert new.fragments(["flight-0000"])["outcomes"]["unit_id"].to_list() == ["u-en"]
+    new.commit("flight-0000", [_heard("u-mine", "en")], "fp-0")  # its own commit comes first
+    assert new.problem("flight-0000", "fp-0") is None and "flight-0000" not in new.reused
+    assert new.fragments(["flight-0000"])["outcomes"]["unit_id"].to_list() == ["u-mine"]
+
+
+def test_the_code_digest_follows_result_code_not_docstrings_comments_or_the_cli(tmp_path):
+    """Issue 56's line (gpu/outputs/commit_identity.py): a docstring, a comment or a CLI edit leaves the code digest
+    as it is; a changed line of the ASR code, or a new module in a result room, changes it."""
+    import shutil
+
     import batch_assets
-    from batch_assets.gpu.outputs.commit_identity import package_sources
+    from batch_assets.gpu.outputs.commit_identity import RESULT_CODE, code_digest, package_sources
 
     package = pathlib.Path(batch_assets.__file__).resolve().parent
-    assert package_sources() == sorted(package.rglob("*.py"))
-    assert package / "definitions.py" in package_sources() and package / "ingest" / "units.py" in package_sources()
+    copy = tmp_path / "batch_assets"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    first = code_digest(copy)
+    transcribe = copy / "gpu" / "asr" / "transcribe.py"
+    text = transcribe.read_text()
+    transcribe.write_text(text.replace('"""ASR with NeMo TDT', '"""Speech recognition with NeMo TDT', 1)
+                          .replace("SAMPLE_RATE = 16_000", "SAMPLE_RATE = 16_000  # Hz"))
+    commands = copy / "cli" / "commands.py"
+    commands.write_text(commands.read_text() + "\n\ndef added_to_the_cli():\n    return 1\n")
+    assert code_digest(copy) == first
+    transcribe.write_text(text.replace("SAMPLE_RATE = 16_000", "SAMPLE_RATE = 16_001"))
+    assert code_digest(copy) != first
+    transcribe.write_text(text)
+    (copy / "gpu" / "section" / "new_stage.py").write_text("X = 1\n")
+    assert code_digest(copy) != first
+    assert all((package / part).exists() for part in RESULT_CODE)
+    assert package / "gpu" / "asr" / "transcribe.py" in package_sources()
+    assert not any(part in ("cli", "orchestration") for p in package_sources() for part in p.relative_to(package).parts)
+
+
+def test_a_hub_models_identity_is_the_revision_its_cache_resolved(tmp_path, monkeypatch):
+    """Issue 56: a Hugging Face name is identified by the snapshot its local cache resolved (offline), in a cache
+    laid out as the hub client lays it out (the hub client's own scan reads it); an NGC name by its cached .nemo."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from batch_assets.models.identity import model_identity
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    name = "nvidia/parakeet-tdt-0.6b-v2"
+    assert model_identity(name).revision is None  # not cached: the name alone
+    folder = cache / "models--nvidia--parakeet-tdt-0.6b-v2"
+    for commit, content in (("a" * 40, b"v1"), ("b" * 40, b"v2")):
+        blob = folder / "blobs" / hashlib.sha256(content).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(content)
+        snapshot = folder / "snapshots" / commit / "parakeet-tdt-0.6b-v2.nemo"
+        snapshot.parent.mkdir(parents=True)
+        snapshot.symlink_to(os.path.relpath(blob, snapshot.parent))
+        (folder / "refs").mkdir(exist_ok=True)
+        (folder / "refs" / "main").write_text(commit)
+        scanned = huggingface_hub.scan_cache_dir(cache)
+        assert not scanned.warnings and commit in {r.commit_hash for repo in scanned.repos for r in repo.revisions}
+        assert model_identity(name).revision == commit
+        assert huggingface_hub.try_to_load_from_cache(name, "parakeet-tdt-0.6b-v2.nemo", cache_dir=cache) == str(
+            snapshot)
+    assert "revision bbbbbbbbbbbb" in model_identity(name).text()
+    nemo_cache = tmp_path / "nemo"
+    monkeypatch.setenv("NEMO_CACHE_DIR", str(nemo_cache))
+    assert model_identity("langid_ambernet").sha256 is None
+    cached = nemo_cache / "langid_ambernet" / "0123abcd" / "langid_ambernet.nemo"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"ambernet")
+    assert model_identity("langid_ambernet").sha256 == hashlib.sha256(b"ambernet").hexdigest()
+
+

@@ -85,3 +85,32 @@ def test_the_guard_ends_the_hang_after_its_grace_or_at_a_second_signal(signals):
     while process_alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not process_alive(child)  # gone, or a zombie
+
+
+ENDS = textwrap.dedent("""
+    import signal, sys, time
+    from batch_assets.cli.stopping import StopGuard
+
+    stopped = []
+    guard = StopGuard(lambda name: stopped.append(name), lambda line: print(line, flush=True), grace_s=1.5)
+    with guard.watching():
+        signal.signal(signal.SIGINT, lambda *_: None)  # Dagster's capture_interrupts: it records, never raises
+        print("running", flush=True)
+        time.sleep(1.0)  # the run ends its own way meanwhile: SIGINT lands in its last second
+    time.sleep(3.0)  # after the run: a notebook's next cell, or the command's summary
+    print(f"after the run, alive; stopped={stopped}", flush=True)
+    """)
+
+
+def test_the_guard_disarms_when_the_run_ends_before_its_grace():
+    """Issue 56: a SIGINT that lands as the run ends its own way (the run succeeded, or `commands.run()` returned
+    in a notebook) leaves the process alone once the run and its processes are gone: no stop, no exit 130 after
+    the grace."""
+    process = subprocess.Popen([sys.executable, "-c", ENDS], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert process.stdout.readline().strip() == "running"
+    os.kill(process.pid, signal.SIGINT)
+    process.wait(timeout=15)
+    out = process.stdout.read()
+    assert process.returncode == 0 and "after the run, alive; stopped=[]" in out, (process.returncode, out)
+    assert "stopping the run now" not in out

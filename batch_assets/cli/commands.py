@@ -23,7 +23,7 @@ import time
 import uuid
 
 from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
-from batch_assets.cli.stopping import StopGuard, free_finished_run, stop_run
+from batch_assets.cli.stopping import StopGuard, cancel_interrupted_run, free_finished_run, stop_run
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
@@ -110,6 +110,7 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit, terminal.status).start()
         guard = StopGuard(lambda name: stop_run(tags[LAUNCH_TAG], partitions, storage, name, emit, guard.finished),
                           emit)
+        watcher.stopping = lambda: bool(guard.signals)
         started = time.perf_counter()
         try:
             with guard.watching():
@@ -118,7 +119,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
                                         asset_selection=[dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None)
         except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):  # Dagster stopped the run its own way
             watcher.stop()
-            emit(failure_text(watcher, str(log_path) if log_path else None, "stopped"))
+            emit(failure_text(watcher, str(log_path) if log_path else None,
+                              stopped_as(instance, tags[LAUNCH_TAG], guard.signals or [signal.SIGINT])))
             return 128 + (guard.signals or [signal.SIGINT])[0]
         finally:
             watcher.stop()
@@ -131,7 +133,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
             for check in watcher.checks:
                 emit(check.text())
         if not result.success:
-            emit(failure_text(watcher, str(log_path) if log_path else None))
+            ended = stopped_as(instance, tags[LAUNCH_TAG], guard.signals) if guard.signals else "failed"
+            emit(failure_text(watcher, str(log_path) if log_path else None, ended))
             return 128 + guard.signals[0] if guard.signals else 1  # stopped by a signal: the shell's convention
         for key in partitions:
             emit(partition_summary(storage, key))
@@ -150,6 +153,15 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         if log_path:
             emit(f"  less {log_path}")
     return 0
+
+
+def stopped_as(instance, launch: str, signals: list[int]) -> str:
+    """How a run a signal stopped ended: canceled after SIGINT (reported so: `cli/stopping.py`), failed after
+    SIGTERM (an evicted pod's signal, which run retries take up)."""
+    if signals[0] == signal.SIGINT:
+        cancel_interrupted_run(instance, launch)
+        return "canceled (SIGINT)"
+    return "failed (SIGTERM)"
 
 
 def transcribe_partition_job():

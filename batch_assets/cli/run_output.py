@@ -32,14 +32,14 @@ WATCHED = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE,
 class StepLine:
     step: str
     seconds: float | None
-    outcome: str  # "ok", "failed", "retrying"
+    outcome: str  # "ok", "failed", "retrying", "stopped" (a retry a stop signal cut off)
     did: dict[str, float] = dataclasses.field(default_factory=dict)
     error: str = ""
 
     def text(self) -> str:
         seconds = f"{self.seconds:7.1f} s" if self.seconds is not None else "      - s"
         did = ", ".join(f"{label} {_number(value)}" for key, label in DID if (value := self.did.get(key)) is not None)
-        mark = {"ok": "ok    ", "failed": "FAILED", "retrying": "retry "}[self.outcome]
+        mark = {"ok": "ok    ", "failed": "FAILED", "retrying": "retry ", "stopped": "stop  "}[self.outcome]
         return f"  {mark} {self.step:44s} {seconds}  {did or self.error}".rstrip()
 
 
@@ -119,6 +119,7 @@ class RunWatcher:
         self._check_steps: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="batch-assets-run-watcher", daemon=True)
+        self.stopping: Callable[[], bool] = lambda: False  # a stop signal arrived (`StopGuard.signals`)
 
     def start(self) -> RunWatcher:
         self._thread.start()
@@ -179,6 +180,8 @@ class RunWatcher:
         elif event.step_key not in self._check_steps:  # a check's step is its line under "checks"
             outcome = {dg.DagsterEventType.STEP_SUCCESS: "ok",
                        dg.DagsterEventType.STEP_FAILURE: "failed"}.get(kind, "retrying")
+            if outcome == "retrying" and self.stopping():  # a step a stop signal interrupted is not retried
+                outcome = "stopped"
             seconds = getattr(data, "duration_ms", None)
             error = getattr(data, "error", None)
             did: dict = {}

@@ -11,7 +11,11 @@ sends exactly that, SIGINT to the foreground group.
 So a `StopGuard` watches for the signals beside Dagster (through `signal.set_wakeup_fd`, which every Python-level
 handler feeds, Dagster's included, so no handler is replaced) on a thread of its own. The first signal gives
 Dagster `GRACE_S` to stop the run its own way (the steps interrupted at their next safe point, the run failed, its
-pool slot freed). When that time is up, or at a second signal, the guard stops it without Dagster: it kills every
+pool slot freed; `batch-assets run` then reports a run stopped by SIGINT canceled, as the operator asked, and one
+stopped by SIGTERM, an evicted pod's signal, failed, so that run retries take it up). Once the run has ended and
+no process it started is alive, the guard disarms: a signal that landed as the run succeeded leaves the command to
+print its summary, and `commands.run()` called from a notebook returns and leaves its host alone. When the grace
+is up first, or at a second signal, the guard stops it without Dagster: it kills every
 process this one started (the step processes and theirs) with SIGKILL, reports the run canceled if it had not
 ended before (after the failure Dagster reports as its killed steps end, which would otherwise race it), frees its
 `gpu` pool slots, releases the partitions' leases, and exits (130 after SIGINT, 143 after SIGTERM); the main
@@ -81,6 +85,7 @@ class StopGuard:
         self.signals: list[int] = []  # those the guard has acted on
         self._pending: list[int] = []
         self.finished = threading.Event()  # the run's own ending: set by the main thread when execute_job returns
+        self._before: set[int] = set()
         self._stopping = threading.Event()  # the guard's own stop has begun: the main thread waits for it to exit
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
@@ -90,6 +95,7 @@ class StopGuard:
     def watching(self) -> Iterator[StopGuard]:
         """For the block: every SIGINT/SIGTERM (whoever's handler runs) reaches the guard. SIGTERM is handled as
         Ctrl-C (KeyboardInterrupt) outside Dagster's own handling, so both signals end the command the same way."""
+        self._before = set(descendants(os.getpid()))  # a host's own children (a notebook's): never the run's
         previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
         self._thread.start()
@@ -106,13 +112,14 @@ class StopGuard:
         first = self._next_signal(None)
         if first is None:  # the run ended without a signal
             return
-        # from here the clock runs whatever the main thread does (its own ending can block too, joining children),
-        # and nothing ends this thread but its exit: not a closed terminal, not a stop that raises or stalls
+        name = signal.Signals(first).name
+        self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
+                  f"within {self.grace_s:.0f} s; {name} again stops it now")
+        second = self._next_signal(self.grace_s)
+        if second is None and self._settled():
+            return  # the run ended its own way, its processes with it: disarmed (the main thread reports it)
+        # from here nothing ends this thread but its exit: not a closed terminal, not a stop that raises or stalls
         try:
-            name = signal.Signals(first).name
-            self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
-                      f"within {self.grace_s:.0f} s; {name} again stops it now")
-            second = self._next_signal(self.grace_s)
             why = "a second signal" if second is not None else f"Dagster's own stop took over {self.grace_s:.0f} s"
             self._say(f"batch-assets: {why}: stopping the run now (its processes killed, the run canceled, its gpu "
                       "pool slot and partition leases freed)")
@@ -126,15 +133,20 @@ class StopGuard:
         finally:
             os._exit(128 + first)
 
+    def _settled(self) -> bool:
+        """The run has ended (`execute_job` returned) and no process it started is alive: nothing left to stop."""
+        return self.finished.is_set() and not set(descendants(os.getpid())) - self._before
+
     def _say(self, line: str) -> None:
         with contextlib.suppress(Exception):  # the terminal may be closed or gone
             self.say(line)
 
     def _next_signal(self, timeout_s: float | None) -> int | None:
-        """The next signal's number; None after `timeout_s`, or (no timeout) once the run ended by itself."""
+        """The next signal's number; None after `timeout_s`, or once the run ended by itself (with a timeout: and
+        its processes too)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._pending:
-            if deadline is None and self.finished.is_set():
+            if self.finished.is_set() and (deadline is None or self._settled()):
                 return None
             wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
             if wait <= 0:
@@ -182,6 +194,21 @@ def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say,
         lease.release()
     say(f"batch-assets: run {run.run_id} {status.lower()}: {killed} process(es) killed, its gpu pool slot and "
         f"partition leases freed; the next run of {', '.join(partitions)} starts at once")
+
+
+def cancel_interrupted_run(instance, launch: str) -> bool:
+    """After Dagster stopped the run tagged `launch` its own way on SIGINT (it ends it failed, its interrupted steps
+    up for retry): report it canceled, what the operator asked for. True when reported."""
+    import dagster as dg
+
+    from batch_assets.cli.run_output import launched_run
+
+    run = launched_run(instance, launch)
+    if run is None or run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.SUCCESS):
+        return False
+    instance.report_run_canceled(run, message="batch-assets run stopped by SIGINT (Ctrl-C): Dagster stopped its "
+                                 "steps; committed flights are kept for the next run (batch_assets/cli/stopping.py)")
+    return True
 
 
 def free_finished_run(instance, launch: str) -> int:

@@ -6,9 +6,17 @@ replaced at the same path by a redeploy, keeps its name. So a model given as a l
 pipeline) or a `builtin:` (resolved to its files as the loaders resolve it) is identified by its name and the
 sha256 of its bytes (a folder: of each file's relative path and sha256). A `builtin:` is identified by the files
 the repo ships for it (`builtin.shipped_files`: its trained weights), never built or loaded for this, so a step
-without models (the leftover listing, the assembly) imports no model library. A hub name
-(`nvidia/parakeet-tdt-0.6b-v2`, `langid_ambernet`), a production-shaped builtin (built in memory from code and a
-seed) and an untrained builtin have no file to read: their name stands alone, and the package's code digest in the
+without models (the leftover listing, the assembly) imports no model library.
+
+A hub name is identified by what the loaders would load, read from the local caches without any network:
+- a Hugging Face name (`nvidia/parakeet-tdt-0.6b-v2`, `pyannote/speaker-diarization-community-1`): the commit the
+  hub client's cache resolved it to (`models--{org}--{name}/refs/main` under `HF_HUB_CACHE`, the snapshot NeMo's
+  `try_to_load_from_cache` and pyannote's `from_pretrained` load offline), so a model updated on the hub and
+  fetched again (`batch-assets models fetch`) is another identity;
+- an NGC name (`langid_ambernet`): the sha256 of the `.nemo` NeMo cached for it (`NEMO_CACHE_DIR`, else
+  `~/.cache/torch/NeMo/NeMo_{version}/{name}/*/{name}.nemo`).
+Not cached, its name stands alone (the step that loads it then fetches the hub's newest). A production-shaped builtin
+(built in memory from code and a seed) and an untrained builtin have no file to read either: the code digest in the
 record (`gpu/outputs/commit_identity.py`) covers the code that builds them.
 
 Checksums are computed once per process and file (keyed by path, size and modification time): a 2.5 GB `.nemo`
@@ -31,9 +39,12 @@ CHUNK = 8 << 20
 @dataclasses.dataclass(frozen=True)
 class ModelIdentity:
     name: str  # as configured: a hub name, a path or a builtin
-    sha256: str | None = None  # of its local file or folder; None: a hub name, or a model built in memory
+    sha256: str | None = None  # of its local file or folder (an NGC name: its cached .nemo); None: nothing to read
+    revision: str | None = None  # a Hugging Face name: the commit its local hub cache resolved it to
 
     def text(self) -> str:
+        if self.revision is not None:
+            return f"{self.name} (revision {self.revision[:12]})"
         return self.name if self.sha256 is None else f"{self.name} (sha256 {self.sha256[:12]})"
 
 
@@ -68,8 +79,39 @@ def local_sha256(name: str) -> str | None:
         return file_sha256(path)
     if path.is_dir():
         return files_sha256(path, [p for p in path.rglob("*") if p.is_file()])
-    return None  # a hub name: the loaders fetch it by name
+    if "/" not in name and (cached := ngc_cached_file(name)) is not None:
+        return file_sha256(cached)
+    return None  # a hub name not cached here: the loaders fetch it by name
+
+
+def hub_revision(name: str) -> str | None:
+    """The commit the local Hugging Face cache resolved `org/name` to (its `refs/main`, whose snapshot is there), read
+    offline; None for any other name or one not cached."""
+    if name.count("/") != 1 or pathlib.Path(name).expanduser().exists() or is_builtin(name):
+        return None
+    from huggingface_hub import constants  # the cache location as the hub client resolves it (HF_HOME, HF_HUB_CACHE)
+
+    folder = pathlib.Path(constants.HF_HUB_CACHE) / f"models--{name.replace('/', '--')}"
+    try:
+        commit = (folder / "refs" / "main").read_text().strip()
+    except OSError:
+        return None
+    return commit if commit and (folder / "snapshots" / commit).is_dir() else None
+
+
+def ngc_cached_file(name: str) -> pathlib.Path | None:
+    """The `.nemo` NeMo cached for an NGC model name (`langid_ambernet`), newest first; None when not cached."""
+    import importlib.metadata
+    import os
+
+    try:
+        version = importlib.metadata.version("nemo_toolkit")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    root = pathlib.Path(os.environ.get("NEMO_CACHE_DIR") or f"~/.cache/torch/NeMo/NeMo_{version}").expanduser()
+    found = sorted((root / name).glob(f"*/{name}.nemo"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return found[0] if found else None
 
 
 def model_identity(name: str) -> ModelIdentity:
-    return ModelIdentity(name, local_sha256(name))
+    return ModelIdentity(name, local_sha256(name), hub_revision(name))

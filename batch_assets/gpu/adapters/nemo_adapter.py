@@ -1,19 +1,38 @@
-"""NeMo's private reaches in one place: the NVRTC compile-log buffer of its CUDA-graph decoders.
+"""NeMo's private reaches in one place: the NVRTC compile-log buffer of its CUDA-graph decoders, and the token
+durations of its TDT label-looping decoder without CUDA graphs, and its per-feature normalization's padded sums.
 
-Why: NeMo 3.0.0's `run_nvrtc` (`nemo/core/utils/cuda_python_utils.py`), which the TDT and RNNT label-looping
-decoders (and the CTC and beam decoders) call to build their CUDA-graph kernels, hands NVRTC `b" " * size` to
-write the compile log into. An empty log has size 1, and `b" " * 1` is CPython's shared one-byte `b" "`: NVRTC
-writes its terminating NUL into it, and from then on every `b" " * n` in the process (numpy pads `.npy` headers
-with it) is NULs. Every `.npy` saved after the first graph build is then unreadable. It shows wherever modules
-run compiled from source (no `.pyc`: `PYTHONDONTWRITEBYTECODE`, `pip --no-compile`, read-only site-packages), as
-on the first H200 run (issue 46).
+1. NVRTC log. NeMo 3.0.0's `run_nvrtc` (`nemo/core/utils/cuda_python_utils.py`), which the TDT and RNNT
+label-looping decoders (and the CTC and beam decoders) call to build their CUDA-graph kernels, hands NVRTC
+`b" " * size` to write the compile log into. An empty log has size 1, and `b" " * 1` is CPython's shared one-byte
+`b" "`: NVRTC writes its terminating NUL into it, and from then on every `b" " * n` in the process (numpy pads
+`.npy` headers with it) is NULs. Every `.npy` saved after the first graph build is then unreadable. It shows
+wherever modules run compiled from source (no `.pyc`: `PYTHONDONTWRITEBYTECODE`, `pip --no-compile`, read-only
+site-packages), as on the first H200 run (issue 46). `install_nvrtc_fix()` replaces `run_nvrtc` with `_run_nvrtc`,
+the same calls with buffers of their own (never one byte, so never a shared object), in `cuda_python_utils` and in
+every loaded NeMo module that imported it by name (`NVRTC_IMPORTERS`; later importers get it from
+`cuda_python_utils`). Whatever happens here, `faults.check_interpreter` catches a damaged `b" "` before anything
+is committed.
 
-`install_nvrtc_fix()` replaces `run_nvrtc` with `_run_nvrtc`, the same calls with buffers of their own (never
-one byte, so never a shared object), in `cuda_python_utils` and in every loaded NeMo module that imported it by
-name (`NVRTC_IMPORTERS`; later importers get it from `cuda_python_utils`). It replaces only the function it was
-written against (`NEMO_RUN_NVRTC_SHA256`, its source); any other leaves NeMo as it is and says so, and
-`tests/test_nvrtc_log.py` fails on the upgrade so that someone looks (NeMo may have fixed it upstream: then drop
-this). Whatever happens here, `faults.check_interpreter` catches a damaged `b" "` before anything is committed.
+2. Batch invariance (issue 56): a segment's words must not depend on which segments share its ASR batch. Two
+NeMo 3.0.0 functions made them depend on it, measured on the builtin and production-shaped models:
+- `GreedyBatchedTDTLabelLoopingComputer.torch_impl`, the decoder that runs on a CPU and on CUDA without graphs
+  (lever 3 off), recomputes `durations` for the whole batch in its inner loop: a hypothesis that found its token in
+  the first joint call, while a batch companion still searches, is stored with the duration predicted at the frame
+  after it. A word's end is its last token's start plus its duration, so word ends moved by encoder frames. NeMo's
+  stateful implementation (`cuda_graphs_impl`, the one its CUDA graphs capture) keeps each hypothesis's own
+  duration (`torch.where(advance_mask, more_durations, durations)`); `torch_impl` now runs it in NeMo's own
+  `no_graphs` mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps.
+- `normalize_batch` (the preprocessor's `per_feature` normalization) sums each row's frames over the batch's padded
+  length, zeros included, so the reduction, and a feature's last bits, change with the longest companion: a word's
+  score moved in its fourth decimal. `_per_row_normalize_batch` reduces each row over a contiguous copy of its own
+  frames. Given equal features the encoder's rows are bitwise equal whatever the batch (measured on CPU).
+`install_batch_invariance()` installs both, once per process (`gpu/asr/transcribe.py` calls it before each batch).
+
+Each replaces only the function it was written against (`NEMO_RUN_NVRTC_SHA256`, `NEMO_TDT_TORCH_IMPL_SHA256`,
+`NEMO_NORMALIZE_BATCH_SHA256`: their sources); any other, or a source that cannot be read (NeMo installed
+without its `.py` files), leaves NeMo as it is and says so, and `tests/test_nvrtc_log.py` /
+`tests/test_batch_invariance.py` fail on the upgrade so that someone looks (NeMo may have fixed it upstream: then
+drop the fix).
 """
 
 from __future__ import annotations
@@ -28,6 +47,14 @@ NVRTC_MODULE = "nemo.core.utils.cuda_python_utils"
 NEMO_VERSION = "3.0.0"
 # sha256 of `inspect.getsource(run_nvrtc)` in NeMo 3.0.0: the function `_run_nvrtc` stands in for
 NEMO_RUN_NVRTC_SHA256 = "98500fc57bd38d17ec1aaef247b7bd28fb3b33296376c0bbdf1d1947a2a3d15b"
+TDT_MODULE = "nemo.collections.asr.parts.submodules.transducer_decoding.tdt_label_looping"
+TDT_COMPUTER = "GreedyBatchedTDTLabelLoopingComputer"
+# sha256 of `inspect.getsource(GreedyBatchedTDTLabelLoopingComputer.torch_impl)` in NeMo 3.0.0: the one whose inner
+# loop overwrites a finished hypothesis's duration
+NEMO_TDT_TORCH_IMPL_SHA256 = "fddc4e6255a84e332d4bd149a5db8e28c444e94f3f641bd50dfadaf7527ae9a9"
+FEATURES_MODULE = "nemo.collections.asr.parts.preprocessing.features"
+# sha256 of `inspect.getsource(normalize_batch)` in NeMo 3.0.0: its per_feature statistics reduce over the padded length
+NEMO_NORMALIZE_BATCH_SHA256 = "0d97645b6e6b6e22c276a21d24b834297b9214d6e4abada770697aa750f0a152"
 # NeMo 3.0.0's modules that `from nemo.core.utils.cuda_python_utils import ... run_nvrtc`
 NVRTC_IMPORTERS = (
     "nemo.collections.asr.parts.submodules.ctc_batched_beam_decoding",
@@ -77,6 +104,16 @@ def _run_nvrtc(kernel_string: str, kernel_name: bytes, program_name: bytes):
 _ORIGINAL: list = []  # NeMo's function, once `install_nvrtc_fix` replaced it
 
 
+def _source_digest(function, where: str) -> str:
+    """sha256 of a NeMo function's source; `NemoChanged` when it cannot be read (NeMo without its `.py` files)."""
+    try:
+        return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+    except (OSError, TypeError) as error:
+        raise NemoChanged(f"cannot read the source of {where} ({type(error).__name__}: {error}): install NeMo with its "
+                          "source files, or check by hand and update batch_assets/gpu/adapters/nemo_adapter.py"
+                          ) from None
+
+
 def nemo_run_nvrtc():
     """NeMo's own `run_nvrtc`, checked to be the one `_run_nvrtc` stands in for (`NemoChanged` otherwise)."""
     try:
@@ -88,7 +125,7 @@ def nemo_run_nvrtc():
                           ) from None
     if original is _run_nvrtc:
         original = _ORIGINAL[0]
-    digest = hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
+    digest = _source_digest(original, f"{NVRTC_MODULE}.run_nvrtc")
     if digest != NEMO_RUN_NVRTC_SHA256:
         raise NemoChanged(f"{NVRTC_MODULE}.run_nvrtc changed since NeMo {NEMO_VERSION} (source sha256 {digest[:16]}…): "
                           "check whether it still writes its log into b' ' * size (fixed upstream: drop the adapter) "
@@ -112,3 +149,114 @@ def install_nvrtc_fix() -> list[str]:
             module.run_nvrtc = _run_nvrtc
             patched.append(name)
     return patched
+
+
+def _stateful_torch_impl(self, encoder_output, encoder_output_length, prev_batched_state=None,
+                         multi_biasing_ids=None):
+    """`torch_impl` as NeMo's stateful implementation in its `no_graphs` mode: the steps its CUDA graphs capture,
+    run eagerly, each hypothesis keeping its own token durations."""
+    mode = self.cuda_graphs_mode
+    self.cuda_graphs_mode = self.CudaGraphsMode.NO_GRAPHS
+    try:
+        return self.cuda_graphs_impl(encoder_output=encoder_output, encoder_output_length=encoder_output_length,
+                                     prev_batched_state=prev_batched_state, multi_biasing_ids=multi_biasing_ids)
+    finally:
+        self.cuda_graphs_mode = mode
+
+
+def nemo_tdt_computer():
+    """NeMo's TDT label-looping computer class, checked to be the one `_stateful_torch_impl` was written for
+    (`NemoChanged` otherwise)."""
+    try:
+        computer = getattr(importlib.import_module(TDT_MODULE), TDT_COMPUTER)
+        original = computer.__dict__.get("_nemo_torch_impl", computer.torch_impl)
+        computer.CudaGraphsMode.NO_GRAPHS, computer.cuda_graphs_impl  # noqa: B018 (what the fix runs)
+    except (ImportError, AttributeError) as error:
+        raise NemoChanged(f"{TDT_MODULE}.{TDT_COMPUTER} is not as in NeMo {NEMO_VERSION} ({error}): check whether its "
+                          "torch_impl still overwrites a finished hypothesis's duration and update "
+                          "batch_assets/gpu/adapters/nemo_adapter.py") from None
+    digest = _source_digest(original, f"{TDT_COMPUTER}.torch_impl")
+    if digest != NEMO_TDT_TORCH_IMPL_SHA256:
+        raise NemoChanged(f"{TDT_COMPUTER}.torch_impl changed since NeMo {NEMO_VERSION} (source sha256 "
+                          f"{digest[:16]}…): check whether its inner loop still overwrites `durations` for the whole "
+                          "batch (fixed upstream: drop the fix) and update batch_assets/gpu/adapters/nemo_adapter.py")
+    return computer
+
+
+def _per_row_normalize_batch(x, seq_len, normalize_type):
+    """NeMo's `normalize_batch` with its `per_feature` statistics reduced over each row's own frames (a contiguous
+    copy of them), never over the batch's padded length, so a row's bits do not depend on how long its companions
+    are; the other types are NeMo's."""
+    import torch
+
+    if normalize_type != "per_feature":
+        return _ORIGINAL_NORMALIZE[0](x, seq_len, normalize_type)
+    lengths = [int(n) for n in seq_len.tolist()]
+    if torch.cuda.is_available() and 1 in lengths:  # NeMo's own refusal, kept
+        raise ValueError("normalize_batch with `per_feature` normalize_type received a tensor of length 1. This will "
+                         "result in torch.std() returning nan. Make sure your audio length has enough samples for a "
+                         "single feature (ex. at least `hop_length` for Mel Spectrograms).")
+    constant = sys.modules[FEATURES_MODULE].CONSTANT
+    normalized = torch.zeros_like(x)
+    means = torch.zeros(x.shape[:2], dtype=x.dtype, device=x.device)
+    stds = torch.full(x.shape[:2], constant, dtype=x.dtype, device=x.device)
+    for row, n in enumerate(lengths):
+        if n == 0:
+            continue
+        frames = x[row, :, :n].contiguous()
+        mean = frames.sum(dim=1) / n
+        centred = frames - mean.unsqueeze(1)
+        std = torch.sqrt((centred**2).sum(dim=1) / (n - 1.0))
+        std = std.masked_fill(std.isnan(), 0.0) + constant  # one frame: NeMo's edge case
+        normalized[row, :, :n] = centred / std.unsqueeze(1)
+        means[row], stds[row] = mean, std
+    return normalized, means, stds
+
+
+def nemo_normalize_batch():
+    """NeMo's own `normalize_batch`, checked to be the one `_per_row_normalize_batch` stands in for."""
+    try:
+        module = importlib.import_module(FEATURES_MODULE)
+        original = _ORIGINAL_NORMALIZE[0] if _ORIGINAL_NORMALIZE else module.normalize_batch
+        module.CONSTANT  # noqa: B018 (what the replacement reads)
+    except (ImportError, AttributeError) as error:
+        raise NemoChanged(f"{FEATURES_MODULE}.normalize_batch is not as in NeMo {NEMO_VERSION} ({error}): check "
+                          "whether its per_feature statistics still reduce over the padded length and update "
+                          "batch_assets/gpu/adapters/nemo_adapter.py") from None
+    digest = _source_digest(original, f"{FEATURES_MODULE}.normalize_batch")
+    if digest != NEMO_NORMALIZE_BATCH_SHA256:
+        raise NemoChanged(f"{FEATURES_MODULE}.normalize_batch changed since NeMo {NEMO_VERSION} (source sha256 "
+                          f"{digest[:16]}…): check whether its per_feature statistics still reduce over the batch's "
+                          "padded length (fixed upstream: drop the fix) and update "
+                          "batch_assets/gpu/adapters/nemo_adapter.py")
+    return module, original
+
+
+_ORIGINAL_NORMALIZE: list = []
+_INVARIANCE_TRIED: list[bool] = []  # once per process: the checks read NeMo's source
+
+
+def install_batch_invariance() -> list[str]:
+    """Once per process: the TDT decoder's `torch_impl` becomes NeMo's stateful implementation in `no_graphs` mode
+    (every instance, built or rebuilt), and the preprocessor's `normalize_batch` the per-row one. Returns what this
+    call installed (none when tried before); a NeMo function that is not the known one is left as it is, with a
+    warning."""
+    if _INVARIANCE_TRIED:
+        return []
+    _INVARIANCE_TRIED.append(True)
+    installed = []
+    try:
+        computer = nemo_tdt_computer()
+        computer._nemo_torch_impl = computer.torch_impl
+        computer.torch_impl = _stateful_torch_impl
+        installed.append("tdt token durations")
+    except NemoChanged as error:
+        _log.warning("TDT duration fix not installed, batch companions may move word ends: %s", error)
+    try:
+        module, original = nemo_normalize_batch()
+        _ORIGINAL_NORMALIZE[:] = [original]
+        module.normalize_batch = _per_row_normalize_batch
+        installed.append("per-row feature normalization")
+    except NemoChanged as error:
+        _log.warning("per-row feature normalization not installed, batch companions may move scores: %s", error)
+    return installed

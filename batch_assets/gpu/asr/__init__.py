@@ -4,5 +4,5 @@
 `decoder_check.py` (the same segments decoded with CUDA graphs on and off, for the device checks),
 `language_id.py` (a unit's language from its speech).
 
-May import: nothing else in gpu/.
+May import: gpu.adapters.
 """

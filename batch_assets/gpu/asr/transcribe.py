@@ -17,9 +17,20 @@ what will really run: graphs only run for CUDA tensors, whatever the decoder's a
 TDT-CTC model (`EncDecHybridRNNTCTCBPEModel`, parakeet-tdt_ctc-0.6b-ja) decodes with its transducer (TDT) head,
 chosen in the same call and asserted with the rest: its CTC head never runs here.
 
+Batch invariance: a unit's words are the same whatever other segments share its batches. Each segment is its own
+row of every forward (NeMo masks the padding from the STFT through the encoder's subsampling and attention; the
+per-feature normalization reduces over each row's own frames, and the TDT decoder's token durations are each
+hypothesis's own, NeMo's stateful decoding steps in every decoder mode: `gpu/adapters/nemo_adapter.py`);
+`tests/test_batch_invariance.py` holds it. What is left is float arithmetic: the encoder's GEMMs for another batch
+shape may sum in another order, so a score's last bits can move (1 of 586 words on a CPU flight, in the fourth
+decimal: `benchmarks/asr_batches.py`), never (measured) a word, a start or an end. Bitwise would take every
+forward at one shape (padding each batch to a fixed length and row count): 15 % or more of ASR on a CPU.
+
 Words of a language written without spaces (`languages.UNSPACED`: Japanese): NeMo's word timestamps split the text
 at spaces, so such a segment would be one "word"; its words are the model's tokens instead (NeMo's per-token
-timestamps, each token's confidence as its score), which the transcript joins with nothing between them.
+timestamps, each token's confidence as its score), which the transcript joins with nothing between them. A space
+the model emitted inside a segment (a Latin-script name in a Japanese call, "Apple Music"; the phrase spaces of Thai,
+Lao, Khmer and Burmese) stays at the start of the token after it (" Music"), so the joined text keeps it.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ import copy
 import dataclasses
 
 import numpy as np
+
+from batch_assets.gpu.adapters.nemo_adapter import install_batch_invariance
 
 SAMPLE_RATE = 16_000
 
@@ -229,6 +242,7 @@ def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segm
     pieces = [
         audio[s.unit_id][int(round(s.start_s * SAMPLE_RATE)) : int(round(s.end_s * SAMPLE_RATE))] for s in segments
     ]
+    install_batch_invariance()  # a segment's words its own, whatever shares its batch (nemo_adapter.py)
     # longest first (ties in flight order), as NeMo's transcribe_speech.py sorts its files: each batch pads to
     # segments of about its own length, not to the flight's longest
     order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
@@ -242,14 +256,29 @@ def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segm
         tokens = segment.unit_id in token_units
         entries = (hypothesis.timestamp or {}).get("char" if tokens else "word", [])
         scores = token_scores(hypothesis, entries) if tokens else word_scores(hypothesis, entries)
-        for entry, score in zip(entries, scores, strict=True):
+        spaced = token_spaces(model, hypothesis, entries) if tokens else [False] * len(entries)
+        first = True
+        for entry, score, space in zip(entries, scores, spaced, strict=True):
             text = ("".join(entry["char"]) if tokens else str(entry["word"])).replace("\u2581", " ").strip()
             if not text:
                 continue
+            if space and not first:  # a space the model emitted: kept, since the transcript joins an unspaced
+                text = " " + text  # language's tokens with nothing between them
+            first = False
             start = min(segment.end_s, segment.start_s + float(entry["start"]))
             end = min(segment.end_s, max(start, segment.start_s + float(entry["end"])))
             words.append(Word(segment.unit_id, round(start, 3), round(end, 3), text, score))
     return words
+
+
+def token_spaces(model, hypothesis, entries: list[dict]) -> list[bool]:
+    """Whether each timestamp token starts with the model's word boundary (SentencePiece's "\u2581", which the
+    timestamps' text drops): from the hypothesis's emitted token ids; none when the counts differ."""
+    vocabulary = model.tokenizer.vocab_size
+    ids = [int(t) for t in (hypothesis.y_sequence if hypothesis.y_sequence is not None else []) if int(t) < vocabulary]
+    if len(ids) != len(entries):
+        return [False] * len(entries)
+    return [piece.startswith("\u2581") for piece in model.tokenizer.ids_to_tokens(ids)]
 
 
 def token_scores(hypothesis, entries: list[dict]) -> list[float | None]:

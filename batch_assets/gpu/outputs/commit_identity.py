@@ -6,10 +6,22 @@ commit (`gpu/outputs/commits.py`) therefore records everything that would change
 only when all of it is what the resumed step would use:
 - the tables' schema version: a digest of every table and fragment schema (columns and types), so a changed column
   changes it without anyone remembering to bump a number;
-- the package version (`batch_assets`, from its installed metadata) and a digest of its Python sources: the
-  version in `pyproject.toml` is not bumped for every image, the code is what ran;
-- each model's identity (`models/identity.py`: its name or path, and the sha256 of its local files): the ASR
-  routing (`asr en`, `asr de`, ...), language identification and the diarization pipeline;
+- the package version (`batch_assets`, from its installed metadata) and a digest of the code that makes results
+  (`RESULT_CODE`): the rooms a flight's audio and results pass through (decoding, ingest, long units, the models,
+  the schemas, the section core, ASR, diarization, the adapters, the device, the outputs, the switches), each
+  module's syntax tree without its docstrings (comments are not in it). The line: code that runs between an
+  object's bytes and a flight's commit is in; the CLI, the orchestration (Dagster glue, schedules, sensors),
+  the GPU steps' bookkeeping, storage, exports, the gate, training and the settings are out (training makes weights,
+  identified by their checksum; what the steps pass to the section that changes results is in the flight's
+  fingerprint: `gpu/steps/resume.py`). A docstring, a comment or a CLI edit redoes nothing; any other edit of a
+  module in the line redoes every commit;
+- the models each flight used (`models/identity.py`: a name or path with the sha256 of its local files, a hub
+  name with the revision its cache resolved): the diarization pipeline, language identification when one of its
+  units' languages was detected, and the ASR model of each language its units were heard in (none, for a
+  language without one). Changing the `ja` model redoes only the flights that heard Japanese;
+- the device type the GPU steps run on (CPU or CUDA: TF32 and half precision act only on CUDA) and the
+  segmentation batch size, which the GPU steps compare (a CPU step, the leftover listing or the assembly, runs on
+  another device than the GPU steps and leaves the device type to them);
 - the result-changing switches (kinds "numbers" and "approximate", `switches.py`) and the word-confidence setting.
 The exact levers are not part of it: they change no result (the exact gate proves it), so a resume with one
 switched off reuses every commit.
@@ -17,6 +29,7 @@ switched off reuses every commit.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import hashlib
@@ -27,7 +40,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from batch_assets.gpu.outputs.tables import OUTCOMES_SCHEMA, TABLE_SCHEMAS
-from batch_assets.models.identity import ModelIdentity, files_sha256, model_identity
+from batch_assets.ingest.unit_language import DETECTED
+from batch_assets.models.identity import ModelIdentity, model_identity
 from batch_assets.switches import SWITCHES
 
 RESULT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind in ("numbers", "approximate"))
@@ -43,44 +57,89 @@ def schema_version() -> str:
 
 
 PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]  # batch_assets/ (this file: batch_assets/gpu/outputs/)
+# the code that makes results (the module docstring draws the line), relative to the package
+RESULT_CODE = ("audio", "ingest", "long_units", "models", "schema", "gpu/section", "gpu/asr", "gpu/diarization",
+               "gpu/adapters", "gpu/device", "gpu/outputs", "switches.py")
 
 
-def package_sources() -> list[pathlib.Path]:
-    """Every `.py` file of the package: what the package version's digest covers."""
-    return sorted(PACKAGE_ROOT.rglob("*.py"))
+def package_sources(root: pathlib.Path = PACKAGE_ROOT) -> list[pathlib.Path]:
+    """The `.py` files the code digest covers: those of `RESULT_CODE`."""
+    found = []
+    for part in RESULT_CODE:
+        path = root / part
+        found += [path] if path.suffix == ".py" else path.rglob("*.py")
+    return sorted(found)
+
+
+def code_text(path: pathlib.Path) -> str:
+    """A module's syntax tree without its docstrings: what its code does, not what it says."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def code_digest(root: pathlib.Path = PACKAGE_ROOT) -> str:
+    """One digest of the result code's syntax trees, each under its path relative to `root`."""
+    digest = hashlib.sha256()
+    for path in package_sources(root):
+        digest.update(f"{path.relative_to(root).as_posix()}\n{code_text(path)}\n".encode())
+    return digest.hexdigest()
 
 
 @functools.cache
 def package_version() -> str:
-    """`0.1.0+src.<digest of every .py file of the package>`: a redeploy with other code is another version."""
-    digest = files_sha256(PACKAGE_ROOT, package_sources())[:12]
-    return f"{importlib.metadata.version('batch_assets')}+src.{digest}"
+    """`0.1.0+src.<digest of the result code>`: a redeploy whose results may differ is another version."""
+    return f"{importlib.metadata.version('batch_assets')}+src.{code_digest()[:12]}"
 
 
 @dataclasses.dataclass(frozen=True)
 class CommitIdentity:
     schema_version: str
     package_version: str
-    models: dict[str, ModelIdentity]  # role ("asr en", "language id", "diarization") -> identity
+    models: dict[str, ModelIdentity | None]  # role ("asr en", "language id", "diarization") -> identity; a commit
+    # records the roles its flight used (`used_by`), None for a language heard without a model
     switches: dict[str, bool]  # the result-changing switches (RESULT_SWITCHES) as the step runs them
     word_confidence: bool
+    segmentation_batch_size: int | None = None
+    device_type: str | None = None  # "cpu" or "cuda" where the GPU steps judge; None: not judged (a CPU step)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def used_by(self, outcomes: list) -> CommitIdentity:
+        """This identity with only the models a flight's `outcomes` (`section.flight.UnitOutcome`s) used: the
+        diarization pipeline, language identification if a language was detected (or its detection failed), and
+        the ASR model of each language heard (None: no model for it)."""
+        roles = {"diarization"}
+        for outcome in outcomes:
+            if outcome.language_source == DETECTED or "language identification" in (outcome.reason or ""):
+                roles.add("language id")
+            if outcome.language is not None:
+                roles.add(f"asr {outcome.language}")
+        return dataclasses.replace(self, models={role: self.models.get(role) for role in sorted(roles)})
+
     def differences(self, recorded: Mapping[str, Any] | None) -> list[str]:
         """What differs between a commit's recorded identity and this one, one phrase each ("asr en: old -> new");
-        empty when the commit may be reused."""
+        empty when the commit may be reused. Only the models the commit recorded (those its flight used) count."""
         if recorded is None:
             return ["the commit records no identity (made before commits recorded one)"]
         found = []
-        for field, label in (("schema_version", "tables schema version"), ("package_version", "package version"),
-                             ("word_confidence", "word confidence")):
+        fields = [("schema_version", "tables schema version"), ("package_version", "package version"),
+                  ("word_confidence", "word confidence"), ("segmentation_batch_size", "segmentation batch size")]
+        if self.device_type is not None:
+            fields.append(("device_type", "device type"))
+        for field, label in fields:
             if recorded.get(field) != getattr(self, field):
                 found.append(f"{label}: {recorded.get(field)} -> {getattr(self, field)}")
-        old_models = {role: ModelIdentity(**value) for role, value in (recorded.get("models") or {}).items()}
-        for role in sorted(set(old_models) | set(self.models)):
-            old, new = old_models.get(role), self.models.get(role)
+        old_models = {role: ModelIdentity(**value) if value else None
+                      for role, value in (recorded.get("models") or {}).items()}
+        for role in sorted(old_models):
+            old, new = old_models[role], self.models.get(role)
             if old != new:
                 found.append(f"{role}: {old.text() if old else 'none'} -> {new.text() if new else 'none'}")
         old_switches = recorded.get("switches") or {}
@@ -91,11 +150,14 @@ class CommitIdentity:
 
 
 def commit_identity(routing: Mapping[str, str], language_id_model: str, diarization_pipeline: str,
-                    switches: Mapping[str, bool], word_confidence: bool) -> CommitIdentity:
+                    switches: Mapping[str, bool], word_confidence: bool, segmentation_batch_size: int | None = None,
+                    device_type: str | None = None) -> CommitIdentity:
     """The identity a step's commits record and its resume compares: `routing` (language -> ASR model), the other
-    two models, every switch's value as the step runs it (only the result-changing ones are kept)."""
+    two models, every switch's value as the step runs it (only the result-changing ones are kept), the segmentation
+    batch size, and (a GPU step) the device type it runs on."""
     models = {f"asr {language}": model_identity(name) for language, name in sorted(routing.items())}
     models["language id"] = model_identity(language_id_model)
     models["diarization"] = model_identity(diarization_pipeline)
     return CommitIdentity(schema_version(), package_version(), models,
-                          {name: bool(switches[name]) for name in RESULT_SWITCHES}, bool(word_confidence))
+                          {name: bool(switches[name]) for name in RESULT_SWITCHES}, bool(word_confidence),
+                          segmentation_batch_size, device_type)

@@ -2,7 +2,10 @@
 
 Why: a GPU step on a preemptible node that dies must not lose the flights it finished. A step retry, a
 run retry from failure or a re-execution from failure of the same run (the same *root* run id) finds the
-committed flights and processes only the others; a new run (a new root) starts from scratch.
+committed flights and processes only the others; so does a new run (`batch-assets run` after a Ctrl-C, a run
+launched again after one failed or was killed with its pod): a flight without a valid commit under its own root
+reuses a valid one (same fingerprint, same identity, whole) of any other root run of the partition, read where it
+lies (`reused`; the shard report and the run's metadata name the run it came from).
 
 Layout (through `StorageResource`, so S3 works), per partition and root run:
 `{storage}/gpu_work/{partition}/{root_run_id}/{flight_id}/{vad_units,regions,turns,speakers,outcomes,words}.parquet`
@@ -20,7 +23,9 @@ ever written twice and two plans or two deployments never mix. The final tables
 are assembled from the commits (`tables`); then `mark_assembled` records that this root run wrote the
 partition (`{root_run_id}.assembled.json`, so that a re-execution of a run that failed later, e.g. on a
 backfill's next partition, does not redo it) and `discard` removes every other file of the partition's work
-folder. Nothing here is visible to readers of the asset tables.
+folder: the published tables hold the fragments' rows, and the score arrays they point to (under `vad_scores/`,
+a reused commit's under its own root's folder) are kept by the table replacement, which removes only the arrays
+the new tables no longer reference. Nothing here is visible to readers of the asset tables.
 """
 
 from __future__ import annotations
@@ -72,28 +77,58 @@ class FlightCommits:
         (`PartitionLease.check`); called before every commit, marker and removal."""
         self.storage, self.partition, self.root_run_id, self.fence = storage, partition, root_run_id, fence
         self.identity = identity
+        self._others: dict[str, list[str]] | None = None
+        self.reused: dict[str, str] = {}  # flight_id -> the other root run whose valid commit `problem` found
 
     def _url(self, *name: str) -> str:
-        return self.storage.output_url(WORK_ASSET, self.partition, self.root_run_id, *name)
+        return self._url_in(self.root_run_id, *name)
 
     def scores_name(self, unit_id: str) -> str:
         """Where a unit's score array goes, relative to the `vad_scores` partition folder."""
         return f"scores/{self.root_run_id}/{unit_id}"
 
-    def _record(self, flight_id: str) -> dict | None:
+    def _record(self, root: str, flight_id: str) -> dict | None:
         try:
-            return json.loads(self.storage.read_bytes(self._url(f"{flight_id}.commit.json")))
+            return json.loads(self.storage.read_bytes(self._url_in(root, f"{flight_id}.commit.json")))
         except FileNotFoundError:
             return None
 
+    def _url_in(self, root: str, *name: str) -> str:
+        return self.storage.output_url(WORK_ASSET, self.partition, root, *name)
+
+    def _other_roots(self) -> dict[str, list[str]]:
+        """Each flight's commit records under the partition's other root runs (a stopped, failed or killed run's),
+        listed once: flight_id -> root run ids."""
+        if self._others is None:
+            fs, base = self.storage.filesystem(self.storage.output_url(WORK_ASSET, self.partition))
+            found: dict[str, list[str]] = {}
+            for path in (fs.find(base) if fs.exists(base) else []):
+                parts = path[len(base.rstrip("/")) + 1:].split("/")
+                if len(parts) == 2 and parts[1].endswith(".commit.json") and parts[0] != self.root_run_id:
+                    found.setdefault(parts[1].removesuffix(".commit.json"), []).append(parts[0])
+            self._others = {flight_id: sorted(roots) for flight_id, roots in found.items()}
+        return self._others
+
     def problem(self, flight_id: str, fingerprint: str) -> str | None:
-        """Why the flight has no valid commit for `fingerprint` (None: it has one, whole, for that plan)."""
-        record = self._record(flight_id)
+        """Why the flight has no valid commit for `fingerprint` (None: it has one, whole, for that plan and this
+        identity): this root run's, else another root run's of the partition, which is then reused (`reused`)."""
+        self.reused.pop(flight_id, None)
+        why = self._judge(self.root_run_id, flight_id, fingerprint)
+        if why is None:
+            return None
+        for other in self._other_roots().get(flight_id, []):
+            if self._judge(other, flight_id, fingerprint) is None:
+                self.reused[flight_id] = other
+                return None
+        return why
+
+    def _judge(self, root: str, flight_id: str, fingerprint: str) -> str | None:
+        record = self._record(root, flight_id)
         if record is None:
             return NOT_COMMITTED
         if record.get("fingerprint") != fingerprint:
-            return (f"committed for another plan (units, durations or audio checksums differ: fingerprint "
-                    f"{record.get('fingerprint')} vs {fingerprint} now)")
+            return (f"committed for another plan (units, durations, audio checksums, hints or languages differ: "
+                    f"fingerprint {record.get('fingerprint')} vs {fingerprint} now)")
         if differences := self.identity.differences(record.get("identity")):
             return f"{ANOTHER_DEPLOYMENT} ({'; '.join(differences)})"
         for url, size in record["files"].items():
@@ -126,7 +161,8 @@ class FlightCommits:
         for name, frame in frames.items():
             track(self.storage.write_parquet(frame, WORK_ASSET, self.partition,
                                              f"{self.root_run_id}/{flight_id}/{name}"))
-        record = {"flight_id": flight_id, "fingerprint": fingerprint, "identity": self.identity.to_json(),
+        record = {"flight_id": flight_id, "fingerprint": fingerprint, "root_run_id": self.root_run_id,
+                  "identity": self.identity.used_by(outcomes).to_json(),
                   "units": units["unit_id"].to_list(), "files": files}
         self.fence()
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
@@ -147,12 +183,13 @@ class FlightCommits:
         return self.fragments(list(fingerprints))
 
     def fragments(self, flight_ids: list[str]) -> dict[str, pl.DataFrame]:
-        """Every fragment of the flights, concatenated in the order given, their commits already validated."""
+        """Every fragment of the flights, concatenated in the order given, their commits already validated (each
+        read from the root run whose commit `problem` found)."""
         parts: dict[str, list[pl.DataFrame]] = {name: [] for name in FRAGMENTS}
         for flight_id in flight_ids:
+            root = self.reused.get(flight_id, self.root_run_id)
             for name in FRAGMENTS:
-                parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition,
-                                                             f"{self.root_run_id}/{flight_id}/{name}"))
+                parts[name].append(self.storage.read_parquet(WORK_ASSET, self.partition, f"{root}/{flight_id}/{name}"))
         # diagonal, on the schema's empty frame: every fragment comes out with the schema's columns in its order
         return {name: pl.concat([pl.DataFrame(schema=FRAGMENTS[name]), *frames], how="diagonal")
                       .select(list(FRAGMENTS[name])) for name, frames in parts.items()}

@@ -158,9 +158,9 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
             _book_diarization(diarized, outcomes, stats)
     stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
-    # ASR's batches hold every unit with speech, whatever its diarization did: which units share a batch moves the
-    # last bits of each one's forward (and so word scores, even a word's end), and with levers 5 and 6 a unit's
-    # clustering fails only after ASR. A failed unit's words are dropped (`host_work`).
+    # ASR's batches hold every unit with speech, whatever its diarization did (with levers 5 and 6 a unit's
+    # clustering fails only after ASR); a unit's words do not depend on which others share its batches
+    # (`gpu/asr/transcribe.py`: batch invariance). A failed unit's words are dropped (`host_work`).
     by_model: dict[str, list[str]] = collections.defaultdict(list)  # one ASR call per model, units in flight order
     for uid in speech:
         by_model[outcomes[uid].asr_model].append(uid)

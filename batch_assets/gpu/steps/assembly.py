@@ -64,7 +64,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     manifest = storage.read_parquet("fetched_audio", partition, "manifest")
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = selected_units(config.units, manifest)
-    planned = read_planned_flights(storage, partition, manifest, chosen)
+    planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())
     commits = FlightCommits(storage, partition, root_run_id(context), gpu.commit_identity(run_switches(config)),
                             fence=lease.check)
     if (done := assembled_from(commits, planned)) is not None:

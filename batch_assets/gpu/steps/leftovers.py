@@ -35,7 +35,7 @@ def leftover_specs(context: dg.OpExecutionContext, config: ListConfig, storage: 
     for partition in context.partition_keys:
         manifest = storage.read_parquet("fetched_audio", partition, "manifest")
         chosen = selected_units(config.units, manifest)
-        planned = read_planned_flights(storage, partition, manifest, chosen)
+        planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())
         commits = FlightCommits(storage, partition, root_run_id(context), identity)
         if (done := assembled_from(commits, planned)) is not None:
             context.log.info(f"{partition}: already assembled from this plan by run {done['run_id']} of this run's "

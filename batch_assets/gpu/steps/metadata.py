@@ -76,6 +76,9 @@ def partition_metadata(tables: dict, uris: dict, reports: list[ShardReport], gpu
         # flights whose commits this run reused: every flight of the work but those this run's own steps processed
         "resumed_flights": len({f for r in reports for f in r.flights})
         - sum(len(r.processed_flights) for r in reports if r.run_id == run_id),
+        # of those, the flights another run (stopped, failed or killed) committed, counted by that run
+        "flights_reused_from_other_runs": dict(collections.Counter(
+            root for r in reports if r.run_id == run_id for root in r.reused_from.values())),
         # flights whose commit this run found but could not use, processed again, and why, counted by reason
         "flights_redone": len(redone),
         "flights_redone_why": dict(collections.Counter(why_kind(why) for why in redone.values())),

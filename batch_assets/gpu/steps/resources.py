@@ -80,11 +80,13 @@ class GpuResource(dg.ConfigurableResource):
         """Language -> ASR model: `asr_models`, its `en` entry replaced by `asr_model` when that is set."""
         return with_english(self.asr_models, self.asr_model)
 
-    def commit_identity(self, switches: Mapping[str, bool]) -> CommitIdentity:
+    def commit_identity(self, switches: Mapping[str, bool], gpu_step: bool = False) -> CommitIdentity:
         """What a flight committed under these models and `switches` (the step's run config) records, and what a
-        resume compares (`gpu/outputs/commit_identity.py`); reads the models' local files, loads nothing."""
+        resume compares (`gpu/outputs/commit_identity.py`); reads the models' local files, loads nothing. A GPU
+        step (`gpu_step`) adds the device type it runs on; a CPU step leaves it to the GPU steps."""
         return commit_identity(self.routing(), self.language_id_model, self.diarization_pipeline, switches,
-                               self.word_confidence)
+                               self.word_confidence, self.segmentation_batch_size,
+                               self._resolve_device().type if gpu_step else None)
 
     def _resolve_device(self):
         import torch

@@ -18,8 +18,10 @@ step, writes nothing while any planned flight lacks a commit.
 
 A flight's fingerprint is what its results depend on: its units in order with their planned offsets, sample
 counts and result classes, each object's size and storage version as listed (`ingest/source_objects.py`: a
-changed object lists with another version), and a window's place in its unit. A commit made for another
-fingerprint is redone. No Dagster.
+changed object lists with another version), a window's place in its unit, what the run config gives each unit
+(its speaker hints, its declared language) and, for a `units` rerun, which of its units it processes. A commit made
+for another fingerprint is redone; what else a commit must match is its identity
+(`gpu/outputs/commit_identity.py`). No Dagster.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import polars as pl
 
@@ -48,9 +50,12 @@ class PlannedFlight:
 
 
 def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.DataFrame,
-                    units: Iterable[str] | None = None) -> list[PlannedFlight]:
+                    units: Iterable[str] | None = None,
+                    inputs: Mapping[str, list] | None = None) -> list[PlannedFlight]:
     """The flights the GPU work must process, in plan order: all of them, or (a `units` rerun) those holding one
-    of `units` as an `ok` unit; each with its fingerprint."""
+    of `units` as an `ok` unit; each with its fingerprint. `inputs`: what the run config gives each unit
+    (`run_config.unit_inputs`: hints, declared language), in the fingerprint; a `units` rerun's fingerprint names
+    the units it processes, so its commits (those units only) never stand for a whole flight's."""
     checksums = {uid: f"{size} {version}" for uid, size, version in
                  zip(manifest["unit_id"], manifest["bytes"], manifest["version"], strict=True)}
     chosen = None if units is None else set(units)
@@ -61,6 +66,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
                 checksums.get(row["unit_id"])]
         if row.get("window") is not None:  # a window: where it starts too (a whole unit's fingerprint is as it was)
             part += [row["window"], row["window_start_s"]]
+        if inputs is not None:
+            part.append(inputs.get(row["unit_id"]))
         by_flight.setdefault(row["flight_id"], []).append(part)
         if chosen is None or (row["unit_id"] in chosen and row["result_class"] == str(ResultClass.OK)):
             wanted.add(row["flight_id"])
@@ -68,7 +75,10 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
     for row in flights.iter_rows(named=True):
         if chosen is not None and row["flight_id"] not in wanted:
             continue
-        digest = hashlib.sha256(json.dumps(by_flight.get(row["flight_id"], [])).encode()).hexdigest()[:32]
+        parts = by_flight.get(row["flight_id"], [])
+        if chosen is not None:
+            parts = [*parts, sorted({part[0] for part in parts} & chosen)]
+        digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
         out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest))
     return out
 

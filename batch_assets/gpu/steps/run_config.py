@@ -5,6 +5,8 @@ The levers' fields come from the switch registry (`switches.py`); the speaker-co
 graph and mapped to its five ops (`gpu_section_config`).
 """
 
+import dataclasses
+
 import dagster as dg
 import polars as pl
 from pydantic import Field
@@ -119,6 +121,16 @@ def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, Declare
     return {row["unit_id"]: unit_language(run, row) for row in manifest.iter_rows(named=True)}
 
 
+def unit_inputs(manifest: pl.DataFrame, config, routing: dict[str, str]) -> dict[str, list]:
+    """What the run config gives each unit that its results depend on: its speaker hints' values and its declared
+    language (code, source, error). Part of its flight's fingerprint (`gpu/steps/resume.py`): a re-execution with
+    other hints or another language redoes the flights whose units they change, and only those."""
+    hints = unit_speaker_hints(manifest, run_hints(config))
+    languages = unit_languages(manifest, checked_run_language(config, routing))
+    return {uid: [list(dataclasses.astuple(hints[uid].hints)), list(dataclasses.astuple(languages[uid]))]
+            for uid in hints}
+
+
 class LeaseConfig(dg.Config):
     lease_wait_seconds: float = lease_wait_field()
 
@@ -134,17 +146,17 @@ class LinkConfig(dg.Config):
         "are one voice (`batch_assets/long_units/windows.py`)")
 
 
-class AssembleConfig(ResultSwitchConfig, HintsConfig, DegradeConfig, LinkConfig, LeaseConfig):
-    """The assembly's config: the result-changing switches (which commits it may assemble), the run's hints (the
-    units table's hint columns, the stitching), the `units` of a rerun, the degrade guard, speaker linking, the
-    lease wait."""
+class AssembleConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, DegradeConfig, LinkConfig, LeaseConfig):
+    """The assembly's config: the result-changing switches, hints and language (which commits it may assemble; the
+    hints also give the units table's hint columns and the stitching), the `units` of a rerun, the degrade guard,
+    speaker linking, the lease wait."""
 
     units: list[str] = units_field()
 
 
-class ListConfig(ResultSwitchConfig):
-    """The leftover listing's config: the result-changing switches (which commits are valid), the `units` of a
-    rerun and the shard size (leftovers grouped by shard)."""
+class ListConfig(ResultSwitchConfig, HintsConfig, LanguageConfig):
+    """The leftover listing's config: the result-changing switches, hints and language (which commits are valid),
+    the `units` of a rerun and the shard size (leftovers grouped by shard)."""
 
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
@@ -153,7 +165,7 @@ class ListConfig(ResultSwitchConfig):
     )
 
 
-class PlanConfig(HintsConfig, LanguageConfig, ListConfig, LeaseConfig):
+class PlanConfig(ListConfig, LeaseConfig):
     """The plan step's config: it checks the hints and the language before any GPU work."""
 
 

@@ -64,6 +64,8 @@ class ShardReport:
     leftover: bool = False  # a leftover step's report (flights no shard step of the run committed)
     # owned flights whose commit was found but not valid (another plan, another deployment, cut off): flight -> why
     redone: dict[str, str] = dataclasses.field(default_factory=dict)
+    # owned flights whose valid commit another root run made (a stopped, failed or killed run): flight -> its run
+    reused_from: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardReport:

@@ -31,6 +31,7 @@ from batch_assets.gpu.steps.run_config import (
     ShardConfig,
     checked_run_language,
     run_hints,
+    unit_inputs,
     unit_languages,
     unit_speaker_hints,
 )
@@ -67,13 +68,16 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
 
 
 def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.DataFrame | None = None,
-                         units: Iterable[str] | None = None) -> list[PlannedFlight]:
+                         units: Iterable[str] | None = None, config=None,
+                         routing: dict[str, str] | None = None) -> list[PlannedFlight]:
     """The partition's current planned flights (`gpu/steps/resume.py`), read from `prepared_flights` (and the
-    manifest)."""
+    manifest); with the step's `config` (its hints and language) and the `routing`, fingerprinted with what the run
+    config gives each unit, as every step that judges commits does."""
     if manifest is None:
         manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    inputs = unit_inputs(manifest, config, routing or {}) if config is not None else None
     return planned_flights(manifest, storage.read_parquet("prepared_flights", partition, "plan"),
-                           storage.read_parquet("prepared_flights", partition, "flights"), units)
+                           storage.read_parquet("prepared_flights", partition, "flights"), units, inputs)
 
 
 def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
@@ -84,10 +88,12 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
     record_process_identity(context)  # the dead-run check tells this process from a later one with its pid
     partition, root = shard.partition, root_run_id(context)
     lease = partition_lease(context, storage, partition)
-    commits = FlightCommits(storage, partition, root, gpu.commit_identity(run_switches(config)), fence=lease.check)
+    commits = FlightCommits(storage, partition, root, gpu.commit_identity(run_switches(config), gpu_step=True),
+                            fence=lease.check)
     with lease_refusals_fail(), lease.held(config.lease_wait_seconds, context.log.warning, release=False,
                                         release_on_error=False):  # siblings work
-        planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units)}
+        planned = {f.flight_id: f for f in read_planned_flights(storage, partition, units=shard.units,
+                                                                   config=config, routing=gpu.routing())}
         idle: list[int] = []
         if leftover:
             left = [f for f in planned if any(f in flights for flights in shard.shard_flights)]
@@ -105,7 +111,8 @@ def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: Stor
                              audio_s=round(sum(planned[f].audio_s for f in owned), 3),
                              taken_over=[f for f in owned if f not in shard.flights],
                              resumed_flights=[f for f in owned if f not in problems], leftover=leftover,
-                             redone={f: why for f, why in problems.items() if why != NOT_COMMITTED})
+                             redone={f: why for f, why in problems.items() if why != NOT_COMMITTED},
+                             reused_from={f: root for f, root in commits.reused.items() if f in owned})
         log_resume(context, report, problems, root, idle)
         return process_flights(context, config, storage, gpu, lease, commits, report, planned,
                                [f for f in owned if f in problems], stops)
@@ -222,6 +229,9 @@ def log_resume(context, report: ShardReport, problems: dict[str, str], root: str
     if report.resumed_flights or context.run.parent_run_id:
         context.log.warning(f"{partition} {step}: resuming run {root}: {len(report.resumed_flights)} flight(s) "
                             f"already committed, {len(problems)} to process")
+    for other, count in collections.Counter(report.reused_from.values()).items():
+        context.log.warning(f"{partition} {step}: reusing {count} flight(s) committed by run {other} (stopped, "
+                            "failed or killed before it assembled the partition), same plan and identity")
     for flight_id, why in problems.items():
         if why != NOT_COMMITTED:
             context.log.warning(f"{partition} {step}: redoing {flight_id}: {why}")
