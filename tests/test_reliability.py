@@ -406,11 +406,12 @@ def _newest_lease(storage: pathlib.Path, partition: str) -> dict:
 
 
 @pytest.mark.e2e
-def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_and_the_next_run_starts_at_once(tmp_path):
+def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_holding_nothing(tmp_path):
     """Issue 48: SIGINT to the command's process group (Ctrl-C in a terminal) at a random moment of the run ends it
     within 30 s; a second SIGINT ends it within seconds (cli/stopping.py: its processes killed, the run canceled, its
-    pool slot and partition lease freed, nothing left running). The next run of the partition starts at once, prints
-    its GPU step's progress, and succeeds. benchmarks/signals.py runs the loop of tries."""
+    pool slot and partition lease freed, nothing left running). benchmarks/signals.py runs the loop of tries. (The
+    next run after a stop, started at once and reusing the stopped run's commits, is the test below: issue 56 moved
+    it there.)"""
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     storage = pathlib.Path(env["BATCH_ASSETS_STORAGE_URL"])
     moment = random.uniform(0.0, 20.0)  # the run's first step to about its assembly, on this machine
@@ -440,21 +441,15 @@ def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_and_the_next_run_st
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         runs = instance.get_runs()
         assert runs[0].status == dg.DagsterRunStatus.CANCELED
-        assert runs[1].is_finished  # failed or canceled (or, signalled after its end, succeeded)
+        # canceled, as the operator asked (issue 56: not failed), or, signalled after its end, succeeded
+        assert runs[1].status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.SUCCESS), runs[1].status
         assert not instance.event_log_storage.get_concurrency_info("gpu").claimed_slots
     lease = _newest_lease(storage, PARTITION)
     assert lease["holder"] != runs[0].run_id or lease["released"], lease
     left = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-g", str(twice.pid)], capture_output=True, text=True)
     assert all(line.split()[1].startswith("Z") for line in left.stdout.splitlines()), left.stdout  # dead, or gone
-    env.pop("PYTHONWARNINGS")
-    after = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION], env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert after.returncode == 0, after.stdout[-3000:]
-    lines = after.stdout.splitlines()
-    step = next(i for i, line in enumerate(lines) if re.search(r"ok\s+gpu_section\.gpu_shard", line))
-    assert any("progress: " in line and "1 of 1 flights done" in line for line in lines[:step]), after.stdout
-    log = pathlib.Path(re.search(r"event log and library warnings: (\S+)", after.stdout).group(1)).read_text()
-    assert "which is writing it" not in log and "blocked by limit for pool gpu" not in log
+    # nothing held, so the next run starts at once: no pool slot claimed and the lease freed (above); a next run
+    # of a stopped day, with its progress and its reuse of the stopped run's commits: the test below
 
 
 @pytest.mark.e2e

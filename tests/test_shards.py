@@ -303,6 +303,14 @@ def test_a_flights_commit_records_the_models_its_units_used_and_only_those_redo_
     assert "language id" in judged(new_langid, "flight-en") and judged(new_langid, "flight-ja") is None
     on_cuda = dataclasses.replace(before, device_type="cuda")
     assert "device type: None -> cuda" in FlightCommits(storage, P, "root-run", on_cuda).problem("flight-en", "fp")
+    # a GPU step on CUDA commits one flight, an earlier one on CPU the other: a CPU step (the assembly, device type
+    # None) takes both as valid, and sees the two device types it must refuse to publish together
+    FlightCommits(storage, P, "root-run", on_cuda).commit("flight-ja", [_heard("u-3", "ja", "sidecar")], "fp")
+    FlightCommits(storage, P, "root-run", dataclasses.replace(before, device_type="cpu")).commit(
+        "flight-en", [_heard("u-1", "en")], "fp")
+    assembly = FlightCommits(storage, P, "root-run", before)
+    assert assembly.problems({"flight-en": "fp", "flight-ja": "fp"}) == {}
+    assert assembly.device_types(["flight-en", "flight-ja"]) == {"flight-en": "cpu", "flight-ja": "cuda"}
 
 
 def test_a_new_run_reuses_another_runs_valid_commits_and_reads_them_where_they_lie(tmp_path):

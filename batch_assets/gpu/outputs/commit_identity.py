@@ -21,7 +21,7 @@ only when all of it is what the resumed step would use:
   language without one). Changing the `ja` model redoes only the flights that heard Japanese;
 - the device type the GPU steps run on (CPU or CUDA: TF32 and half precision act only on CUDA) and the
   segmentation batch size, which the GPU steps compare (a CPU step, the leftover listing or the assembly, runs on
-  another device than the GPU steps and leaves the device type to them);
+  another device than the GPU steps and leaves the device type to them; the assembly refuses commits of two);
 - the result-changing switches (kinds "numbers" and "approximate", `switches.py`) and the word-confidence setting.
 The exact levers are not part of it: they change no result (the exact gate proves it), so a resume with one
 switched off reuses every commit.

@@ -182,6 +182,14 @@ class FlightCommits:
                                f"{self.root_run_id}: rerun the partition's GPU steps")
         return self.fragments(list(fingerprints))
 
+    def device_types(self, flight_ids: list[str]) -> dict[str, str | None]:
+        """The device type each flight's valid commit was made on (its record's identity), read where it lies."""
+        found = {}
+        for flight_id in flight_ids:
+            record = self._record(self.reused.get(flight_id, self.root_run_id), flight_id) or {}
+            found[flight_id] = (record.get("identity") or {}).get("device_type")
+        return found
+
     def fragments(self, flight_ids: list[str]) -> dict[str, pl.DataFrame]:
         """Every fragment of the flights, concatenated in the order given, their commits already validated (each
         read from the root run whose commit `problem` found)."""

@@ -1,12 +1,13 @@
 """The assembly of a partition's three GPU tables from its flight commits (the body of `assemble_gpu_tables`).
 
 CPU work, no model: once every flight of the current plan has a valid commit (the shard and leftover steps
-made them), the commits become the seven tables of `vad_scores`, `diarization` and `transcripts`, a windowed
-unit's windows are stitched back into the unit (`long_units/stitching.py`), the degrade guard runs, and the
-partition's tables are replaced atomically (for a `units` rerun, only those units' rows). A flight still
-without a commit fails the step, nothing written.
+made them, all on one device type), the commits become the seven tables of `vad_scores`, `diarization` and
+`transcripts`, a windowed unit's windows are stitched back into the unit (`long_units/stitching.py`), the
+degrade guard runs, and the partition's tables are replaced atomically (for a `units` rerun, only those units'
+rows). A flight still without a commit, or commits made on two device types, fail the step, nothing written.
 """
 
+import collections
 import contextlib
 
 import dagster as dg
@@ -83,8 +84,15 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             "step's (a redeploy between the GPU steps and the assembly): re-execute the run with all steps (its "
             "valid commits are kept), or rerun the partition.",
             metadata={"flights_without_commit": sorted(problems)}, allow_retries=False)
-    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     flight_ids = [f.flight_id for f in planned]
+    devices = collections.Counter(str(d) for d in commits.device_types(flight_ids).values())
+    if len(devices) > 1:  # this CPU step leaves the device type to the GPU steps: never publish two
+        raise dg.Failure(
+            f"{partition}: its flights were committed on different device types ({dict(devices)}: a re-execution on "
+            "other nodes that did not rerun every GPU step); nothing was written. Re-execute the run with all steps "
+            "(each GPU step redoes the flights committed on another device type than its own), or rerun the "
+            "partition.", allow_retries=False)
+    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
     fragments = commits.fragments(flight_ids)  # every one validated above
     pieces = window_pieces(plan)
     window_scores = [uri for uid, uri in zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"],
