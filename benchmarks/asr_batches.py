@@ -6,7 +6,7 @@ way, alternating: with NeMo 3.0.0's own TDT decoder and per-feature normalizatio
 word ends and scores) and with the adapter's (`gpu/adapters/nemo_adapter.py`: `install_batch_invariance`). Prints
 each way's ASR seconds (the median), the ratio, and how
 many of the flight's words differ between the two ways and between each way and the segments transcribed one at a
-time (batch size 1: no companions). Torch threads are set explicitly (`--threads`).
+time (alone in its batch: no companions). Torch threads are set explicitly (`--threads`).
 
     .venv/bin/python benchmarks/asr_batches.py [--models tiny production-shaped] [--json out.json]
 """
@@ -97,7 +97,7 @@ def main() -> int:
         alone = {}
         for way, (impl, normalize) in ways.items():
             computer.torch_impl, features.normalize_batch = impl, normalize
-            alone[way] = [w for s in segments for w in transcribe_segments(model, audio, [s], 1)]
+            alone[way] = [w for s in segments for w in transcribe_segments(model, audio, [s], batch)]
         computer.torch_impl, features.normalize_batch = ways["invariant"]
         median = {way: round(statistics.median(values), 3) for way, values in seconds.items()}
         report["models"][profile] = {

@@ -88,7 +88,7 @@ def tiny():
 
 def test_every_segment_of_a_flight_is_heard_as_it_is_alone(audio, tiny):
     """A flight's worth of segments (3-30 s, cut at random from three recordings) in the section's CPU batches, longest
-    first, against each segment transcribed by itself (a batch of one): every word, every column. (What is left of
+    first, against each segment transcribed by itself (alone in its batch): every word, every column. (What is left of
     the batch in a segment's forward is float arithmetic: a GEMM of another shape may sum in another order, which
     moved one score of 586 in its fourth decimal in `benchmarks/asr_batches.py`; never a word, a start or an end.)"""
     import numpy as np
@@ -101,7 +101,7 @@ def test_every_segment_of_a_flight_is_heard_as_it_is_alone(audio, tiny):
             segments.append(Segment(uid, round(cursor, 2), round(end, 2)))
             cursor = end
     batched = transcribe_segments(tiny, audio, segments, 8)
-    alone = [w for segment in segments for w in transcribe_segments(tiny, audio, [segment], 1)]
+    alone = [w for segment in segments for w in transcribe_segments(tiny, audio, [segment], 8)]
     assert len(segments) > 8 and len(batched) > 200
     without_scores = lambda words: [(w.unit_id, w.start_s, w.end_s, w.word) for w in words]  # noqa: E731
     assert without_scores(batched) == without_scores(alone)

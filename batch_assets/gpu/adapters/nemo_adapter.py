@@ -21,7 +21,9 @@ NeMo 3.0.0 functions made them depend on it, measured on the builtin and product
   after it. A word's end is its last token's start plus its duration, so word ends moved by encoder frames. NeMo's
   stateful implementation (`cuda_graphs_impl`, the one its CUDA graphs capture) keeps each hypothesis's own
   duration (`torch.where(advance_mask, more_durations, durations)`); `torch_impl` now runs it in NeMo's own
-  `no_graphs` mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps.
+  `no_graphs` mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps, over a state of as
+  many rows as the ASR batch size (`decoder_rows`): a short last batch, and whatever ran before, do not change the
+  row count of the decoder's GEMMs.
 - `normalize_batch` (the preprocessor's `per_feature` normalization) sums each row's frames over the batch's padded
   length, zeros included, so the reduction, and a feature's last bits, change with the longest companion: a word's
   score moved in its fourth decimal. `_per_row_normalize_batch` reduces each row over a contiguous copy of its own
@@ -151,13 +153,34 @@ def install_nvrtc_fix() -> list[str]:
     return patched
 
 
+_DECODER_ROWS = [0]  # the rows the stateful decoder's state has: the section's ASR batch size (`decoder_rows`)
+
+
+def decoder_rows(rows: int) -> None:
+    """The rows of the TDT decoder's state from now on in this process: the ASR batch size, so that every batch, a
+    short last one too, runs the prediction network and the joint over the same number of rows (a GEMM of another
+    row count may sum in another order), whichever batches ran before it."""
+    _DECODER_ROWS[0] = rows
+
+
 def _stateful_torch_impl(self, encoder_output, encoder_output_length, prev_batched_state=None,
                          multi_biasing_ids=None):
     """`torch_impl` as NeMo's stateful implementation in its `no_graphs` mode: the steps its CUDA graphs capture,
-    run eagerly, each hypothesis keeping its own token durations."""
+    run eagerly, each hypothesis keeping its own token durations, over a state of `decoder_rows` rows (NeMo's own
+    grows with the largest batch seen, so a row's last bits would depend on what the process decoded before)."""
+    import torch
+
     mode = self.cuda_graphs_mode
     self.cuda_graphs_mode = self.CudaGraphsMode.NO_GRAPHS
     try:
+        rows = max(_DECODER_ROWS[0], encoder_output.shape[0])
+        state = self.state
+        if (state is None or state.batch_size != rows or state.max_time < encoder_output.shape[1]
+                or state.device != encoder_output.device):
+            width = self.joint.project_encoder(encoder_output[:1, :1]).shape[-1]
+            dtype = next(self.joint.parameters()).dtype
+            self._graph_reinitialize(torch.zeros((rows, encoder_output.shape[1], width), dtype=dtype,
+                                                 device=encoder_output.device))
         return self.cuda_graphs_impl(encoder_output=encoder_output, encoder_output_length=encoder_output_length,
                                      prev_batched_state=prev_batched_state, multi_biasing_ids=multi_biasing_ids)
     finally:

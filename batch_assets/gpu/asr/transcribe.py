@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from batch_assets.gpu.adapters.nemo_adapter import install_batch_invariance
+from batch_assets.gpu.adapters.nemo_adapter import decoder_rows, install_batch_invariance
 
 SAMPLE_RATE = 16_000
 
@@ -243,6 +243,7 @@ def transcribe_segments(model, audio: dict[str, np.ndarray], segments: list[Segm
         audio[s.unit_id][int(round(s.start_s * SAMPLE_RATE)) : int(round(s.end_s * SAMPLE_RATE))] for s in segments
     ]
     install_batch_invariance()  # a segment's words its own, whatever shares its batch (nemo_adapter.py)
+    decoder_rows(batch_size)
     # longest first (ties in flight order), as NeMo's transcribe_speech.py sorts its files: each batch pads to
     # segments of about its own length, not to the flight's longest
     order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i]))
