@@ -17,14 +17,11 @@ what will really run: graphs only run for CUDA tensors, whatever the decoder's a
 TDT-CTC model (`EncDecHybridRNNTCTCBPEModel`, parakeet-tdt_ctc-0.6b-ja) decodes with its transducer (TDT) head,
 chosen in the same call and asserted with the rest: its CTC head never runs here.
 
-Batch invariance: a unit's words are the same whatever other segments share its batches. Each segment is its own
-row of every forward (NeMo masks the padding from the STFT through the encoder's subsampling and attention; the
-per-feature normalization reduces over each row's own frames, and the TDT decoder's token durations are each
-hypothesis's own, NeMo's stateful decoding steps in every decoder mode: `gpu/adapters/nemo_adapter.py`);
-`tests/test_batch_invariance.py` holds it. What is left is float arithmetic: the encoder's GEMMs for another batch
-shape may sum in another order, so a score's last bits can move (1 of 586 words on a CPU flight, in the fourth
-decimal: `benchmarks/asr_batches.py`), never (measured) a word, a start or an end. Bitwise would take every
-forward at one shape (padding each batch to a fixed length and row count): 15 % or more of ASR on a CPU.
+Batch invariance: a unit's words do not depend on what shares its batches. NeMo masks the padding from the STFT
+through the encoder; the per-feature normalization, the TDT decoder's token durations and its state's row count are
+made the batch's no longer (`gpu/adapters/nemo_adapter.py`, `tests/test_batch_invariance.py`). What is left is the
+encoder's float arithmetic for another batch shape: 1 score of 586 moved in its fourth decimal on a CPU flight, no
+word, start or end (`benchmarks/asr_batches.py`); bitwise would take one shape for every forward (15 %+ on a CPU).
 
 Words of a language written without spaces (`languages.UNSPACED`: Japanese): NeMo's word timestamps split the text
 at spaces, so such a segment would be one "word"; its words are the model's tokens instead (NeMo's per-token
