@@ -116,6 +116,16 @@ def _source_digest(function, where: str) -> str:
                           ) from None
 
 
+def _require_source(function, where: str, expected: str, what_to_check: str) -> None:
+    """`NemoChanged` unless `function`'s source has the sha256 the adapter was written against; the message says
+    `what_to_check` before the fix is dropped or updated."""
+    digest = _source_digest(function, where)
+    if digest != expected:
+        raise NemoChanged(f"{where} changed since NeMo {NEMO_VERSION} (source sha256 {digest[:16]}…): check whether "
+                          f"{what_to_check} (fixed upstream: drop the fix) and update "
+                          "batch_assets/gpu/adapters/nemo_adapter.py")
+
+
 def nemo_run_nvrtc():
     """NeMo's own `run_nvrtc`, checked to be the one `_run_nvrtc` stands in for (`NemoChanged` otherwise)."""
     try:
@@ -127,11 +137,8 @@ def nemo_run_nvrtc():
                           ) from None
     if original is _run_nvrtc:
         original = _ORIGINAL[0]
-    digest = _source_digest(original, f"{NVRTC_MODULE}.run_nvrtc")
-    if digest != NEMO_RUN_NVRTC_SHA256:
-        raise NemoChanged(f"{NVRTC_MODULE}.run_nvrtc changed since NeMo {NEMO_VERSION} (source sha256 {digest[:16]}…): "
-                          "check whether it still writes its log into b' ' * size (fixed upstream: drop the adapter) "
-                          "and update batch_assets/gpu/adapters/nemo_adapter.py")
+    _require_source(original, f"{NVRTC_MODULE}.run_nvrtc", NEMO_RUN_NVRTC_SHA256,
+                    "it still writes its log into b' ' * size")
     return original
 
 
@@ -198,11 +205,8 @@ def nemo_tdt_computer():
         raise NemoChanged(f"{TDT_MODULE}.{TDT_COMPUTER} is not as in NeMo {NEMO_VERSION} ({error}): check whether its "
                           "torch_impl still overwrites a finished hypothesis's duration and update "
                           "batch_assets/gpu/adapters/nemo_adapter.py") from None
-    digest = _source_digest(original, f"{TDT_COMPUTER}.torch_impl")
-    if digest != NEMO_TDT_TORCH_IMPL_SHA256:
-        raise NemoChanged(f"{TDT_COMPUTER}.torch_impl changed since NeMo {NEMO_VERSION} (source sha256 "
-                          f"{digest[:16]}…): check whether its inner loop still overwrites `durations` for the whole "
-                          "batch (fixed upstream: drop the fix) and update batch_assets/gpu/adapters/nemo_adapter.py")
+    _require_source(original, f"{TDT_COMPUTER}.torch_impl", NEMO_TDT_TORCH_IMPL_SHA256,
+                    "its inner loop still overwrites `durations` for the whole batch")
     return computer
 
 
@@ -246,12 +250,8 @@ def nemo_normalize_batch():
         raise NemoChanged(f"{FEATURES_MODULE}.normalize_batch is not as in NeMo {NEMO_VERSION} ({error}): check "
                           "whether its per_feature statistics still reduce over the padded length and update "
                           "batch_assets/gpu/adapters/nemo_adapter.py") from None
-    digest = _source_digest(original, f"{FEATURES_MODULE}.normalize_batch")
-    if digest != NEMO_NORMALIZE_BATCH_SHA256:
-        raise NemoChanged(f"{FEATURES_MODULE}.normalize_batch changed since NeMo {NEMO_VERSION} (source sha256 "
-                          f"{digest[:16]}…): check whether its per_feature statistics still reduce over the batch's "
-                          "padded length (fixed upstream: drop the fix) and update "
-                          "batch_assets/gpu/adapters/nemo_adapter.py")
+    _require_source(original, f"{FEATURES_MODULE}.normalize_batch", NEMO_NORMALIZE_BATCH_SHA256,
+                    "its per_feature statistics still reduce over the batch's padded length")
     return module, original
 
 

@@ -79,6 +79,7 @@ class FlightCommits:
         self.identity = identity
         self._others: dict[str, list[str]] | None = None
         self.reused: dict[str, str] = {}  # flight_id -> the other root run whose valid commit `problem` found
+        self._valid: dict[str, dict] = {}  # flight_id -> the record of the valid commit `problem` found
 
     def _url(self, *name: str) -> str:
         return self._url_in(self.root_run_id, *name)
@@ -113,6 +114,7 @@ class FlightCommits:
         """Why the flight has no valid commit for `fingerprint` (None: it has one, whole, for that plan and this
         identity): this root run's, else another root run's of the partition, which is then reused (`reused`)."""
         self.reused.pop(flight_id, None)
+        self._valid.pop(flight_id, None)
         why = self._judge(self.root_run_id, flight_id, fingerprint)
         if why is None:
             return None
@@ -123,6 +125,7 @@ class FlightCommits:
         return why
 
     def _judge(self, root: str, flight_id: str, fingerprint: str) -> str | None:
+        """Why `root`'s commit of the flight is not valid (None: it is, and its record is kept for `device_types`)."""
         record = self._record(root, flight_id)
         if record is None:
             return NOT_COMMITTED
@@ -138,11 +141,13 @@ class FlightCommits:
                     return f"commit cut off ({url} has {fs.size(path)} bytes, {size} recorded)"
             except FileNotFoundError:
                 return f"commit cut off ({url} is missing)"
+        self._valid[flight_id] = record
         return None
 
     def commit(self, flight_id: str, outcomes: list, fingerprint: str) -> dict:
         """Write one flight's results, then its record (last: the record is what makes the commit count)."""
         self.fence()
+        self._valid.pop(flight_id, None)  # judged again before it is read
         files: dict[str, int] = {}
 
         def track(url: str) -> str:
@@ -183,12 +188,9 @@ class FlightCommits:
         return self.fragments(list(fingerprints))
 
     def device_types(self, flight_ids: list[str]) -> dict[str, str | None]:
-        """The device type each flight's valid commit was made on (its record's identity), read where it lies."""
-        found = {}
-        for flight_id in flight_ids:
-            record = self._record(self.reused.get(flight_id, self.root_run_id), flight_id) or {}
-            found[flight_id] = (record.get("identity") or {}).get("device_type")
-        return found
+        """The device type each flight's valid commit was made on (its record's identity, as `problem` read it)."""
+        return {flight_id: (self._valid[flight_id].get("identity") or {}).get("device_type")
+                for flight_id in flight_ids}
 
     def fragments(self, flight_ids: list[str]) -> dict[str, pl.DataFrame]:
         """Every fragment of the flights, concatenated in the order given, their commits already validated (each
