@@ -1,4 +1,4 @@
-"""The code location: six partitioned assets, their checks, the job, the schedule, the resources.
+"""The code location: six partitioned assets, their checks, the job, the schedule, the sensors, the resources.
 
 NeMo and pyannote are imported only when the GPU step runs, so loading this module (which the
 webserver, the daemon and every step process do) takes a couple of seconds.
@@ -10,10 +10,13 @@ from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.steps.resources import GpuResource
+from batch_assets.orchestration.alerts import alert_failed_checks, alert_failed_runs
 from batch_assets.orchestration.dead_runs import free_dead_runs_sensor
 from batch_assets.orchestration.executor import executor_for
+from batch_assets.orchestration.freshness import transcripts_freshness_checks, transcripts_freshness_sensor
 from batch_assets.orchestration.io_manager import StorageJsonIOManager
 from batch_assets.orchestration.jobs import all_assets, transcribe_partition_job
+from batch_assets.orchestration.late_audio import late_audio_sensor
 from batch_assets.orchestration.schedules import daily_transcription_schedule
 from batch_assets.settings import Settings, current_settings
 from batch_assets.storage.resource import StorageResource
@@ -48,10 +51,11 @@ def storage_from_env() -> StorageResource:
 
 defs = dg.Definitions(
     assets=all_assets,
-    asset_checks=[*transcripts_checks, *exports_checks],
+    asset_checks=[*transcripts_checks, *exports_checks, *transcripts_freshness_checks],
     jobs=[transcribe_partition_job],
     schedules=[daily_transcription_schedule],
-    sensors=[free_dead_runs_sensor],
+    sensors=[free_dead_runs_sensor, late_audio_sensor, transcripts_freshness_sensor, alert_failed_runs,
+             alert_failed_checks],
     resources=build_resources(current_settings()),
     executor=executor_for(current_settings()),
 )

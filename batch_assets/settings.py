@@ -17,7 +17,6 @@ set variables, then `reload_settings()`; nothing else changes the settings of a 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import os
 import pathlib
@@ -28,108 +27,24 @@ from typing import Any
 import dagster as dg
 
 from batch_assets.gpu.device.lock import DEFAULT_LOCK_DIR
-from batch_assets.models.languages import DEFAULT_ROUTING, TINY_LANGID, LanguageError, parse_routing, with_english
+from batch_assets.models.languages import DEFAULT_ROUTING, TINY_LANGID, with_english
 from batch_assets.models.names import TINY_DIARIZATION
+from batch_assets.setting_parsers import (  # noqa: F401 (SettingError: also imported from here)
+    SettingError,
+    _raw,
+    env_bool,
+    env_choice,
+    env_clock,
+    env_day,
+    env_fraction,
+    env_int,
+    env_path,
+    env_routing,
+    env_str,
+    read_each,
+)
 from batch_assets.storage.resource import DEFAULT_SOURCE_URL, DEFAULT_STORAGE_URL
 from batch_assets.switches import SWITCHES
-
-
-class SettingError(ValueError):
-    """An environment variable holds a value its setting does not accept."""
-
-
-def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
-    value = (os.environ if environ is None else environ).get(name)
-    return None if value is None or value.strip() == "" else value.strip()
-
-
-def _number(name: str, default, parse, kind: str, minimum, maximum, accepts: str, environ: Mapping[str, str] | None):
-    raw = _raw(name, environ)
-    if raw is None:
-        return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not {kind}: use {accepts}") from None
-    if not minimum <= value <= maximum:
-        raise SettingError(f"{name}={value} is out of range: use {accepts}")
-    return value
-
-
-def env_int(name: str, default: int, minimum: int, maximum: int, environ: Mapping[str, str] | None = None) -> int:
-    """An integer in [minimum, maximum]; unset or empty means `default`."""
-    return _number(name, default, int, "an integer", minimum, maximum, f"a whole number from {minimum} to {maximum}",
-                   environ)
-
-
-def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
-    """A number in [0, 1]; unset or empty means `default`."""
-    return _number(name, default, float, "a number", 0.0, 1.0, "a fraction from 0 to 1 (e.g. 0.5)", environ)
-
-
-def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """'true' or 'false' (any case, surrounding spaces ignored); unset or empty means `default`."""
-    raw = _raw(name, environ)
-    if raw is None:
-        return default
-    value = raw.lower()
-    if value in ("true", "false"):
-        return value == "true"
-    raise SettingError(f"{name}={raw!r} is not a valid boolean: use 'true' or 'false'")
-
-
-def env_day(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
-    """A day, YYYY-MM-DD; unset or empty means `default`."""
-    raw = _raw(name, environ) or default
-    try:
-        datetime.datetime.strptime(raw, "%Y-%m-%d")
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not a day: use YYYY-MM-DD (e.g. {default})") from None
-    return raw
-
-
-def env_choice(name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:
-    """One of `choices` (any case); unset or empty means `default`."""
-    raw = _raw(name, environ)
-    if raw is None:
-        return default
-    if raw.lower() not in choices:
-        raise SettingError(f"{name}={raw!r} is not one of the choices: use {' or '.join(repr(c) for c in choices)}")
-    return raw.lower()
-
-
-def env_str(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
-    """A string setting (surrounding spaces dropped); unset or empty means `default`."""
-    return _raw(name, environ) or default
-
-
-def env_routing(name: str, default: str, environ: Mapping[str, str] | None = None) -> Mapping[str, str]:
-    """Language -> ASR model (`models/languages.py: parse_routing`); unset or empty means the `default` preset."""
-    raw = _raw(name, environ) or default
-    try:
-        return types.MappingProxyType(parse_routing(raw, name))
-    except LanguageError as error:
-        raise SettingError(str(error)) from None
-
-
-def env_path(name: str, default: pathlib.Path, environ: Mapping[str, str] | None = None) -> pathlib.Path:
-    """A folder (`~` expanded); unset or empty means `default`."""
-    raw = _raw(name, environ)
-    return default if raw is None else pathlib.Path(raw).expanduser()
-
-
-def read_each(readers: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
-    """Each reader's value by name; one `SettingError` naming every variable that does not parse, one line each
-    (not only the first)."""
-    values, errors = {}, []
-    for name, read in readers.items():
-        try:
-            values[name] = read()
-        except SettingError as error:
-            errors.append(str(error))
-    if errors:
-        raise SettingError("\n".join(errors))
-    return values
 
 
 def read_switch_defaults(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
@@ -232,6 +147,21 @@ class Settings:
                                       "the first partition (YYYY-MM-DD)")
     schedule_running: bool = _variable("BATCH_ASSETS_SCHEDULE_RUNNING", _p(env_bool, False), "false",
                                        "`true`: the daily schedule starts on")
+    sensors_running: bool = _variable("BATCH_ASSETS_SENSORS_RUNNING", _p(env_bool, False), "false",
+                                      "`true`: the late-audio, freshness and alert sensors start on "
+                                      "([unwatched days](docs/operations.md#days-nobody-watches))")
+    late_audio_days: int = _variable("BATCH_ASSETS_LATE_AUDIO_DAYS", _p(env_int, 7, 1, 366), "7",
+                                     "the late-audio sensor watches the days published in this many last days, 1–366")
+    late_audio_interval_seconds: int = _variable(
+        "BATCH_ASSETS_LATE_AUDIO_INTERVAL_SECONDS", _p(env_int, 120, 5, 86400), "120",
+        "seconds between the late-audio sensor's listings, 5–86400")
+    freshness_deadline: str = _variable("BATCH_ASSETS_FRESHNESS_DEADLINE", _p(env_clock, "09:00"), "09:00",
+                                        "yesterday's transcripts are due by this time, HH:MM UTC")
+    alert_webhook_url: str | None = _variable("BATCH_ASSETS_ALERT_WEBHOOK_URL", _p(env_str), "none: nothing sent",
+                                              "incoming webhook (Slack, Teams, …) the alerts are posted to as "
+                                              "`{\"text\": …}`; never shown", repr=False)
+    webserver_url: str | None = _variable("BATCH_ASSETS_WEBSERVER_URL", _p(env_str), "none",
+                                          "the Dagster UI's address, for the run links in alerts")
     executor: str = _variable("BATCH_ASSETS_EXECUTOR", _p(env_choice, "multiprocess", ("k8s", "multiprocess")),
                               "`multiprocess`", "`k8s`: one pod per step")
     switch_defaults: Mapping[str, bool]  # each switch's deployment default (`switches.SWITCHES`), read-only

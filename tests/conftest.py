@@ -39,6 +39,7 @@ TORCH_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTES
 # them first, so no long group starts last while the other worker idles. A group is a test file (its tests share
 # the file's fixtures); test_deployed is one group per configuration (each builds its own deployment).
 LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_deployed[local]", "test_webserver", "test_reliability",
+                 "test_unwatched",
                  "test_long_units", "test_section_lock", "test_embedding_trunk", "test_flight_batching",
                  "test_nothing_worse", "test_dev", "test_switches", "test_sample_partition"]
 

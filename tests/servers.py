@@ -1,14 +1,18 @@
-"""Real servers on loopback for the tests: `dagster dev` as a process, and a PostgreSQL server of its own."""
+"""Real servers on loopback for the tests: `dagster dev` as a process, a PostgreSQL server of its own, and an
+incoming-webhook receiver (what Slack or Teams would be to the alert sensors)."""
 
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import pathlib
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import requests
@@ -100,3 +104,40 @@ class PostgresServer:
         with contextlib.suppress(subprocess.SubprocessError):
             self._run(self.bin / "pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class WebhookReceiver:
+    """An HTTP server on loopback that records each POSTed JSON body; `answers` (status codes) are given to the
+    first posts, in order, then 200."""
+
+    def __init__(self, answers: list[int] | None = None):
+        self.bodies: list[dict] = []
+        self.answers = list(answers or [])
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                if status == 200:
+                    receiver.bodies.append(json.loads(body))
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T000/B000/secret-token"
+
+    def texts(self) -> list[str]:
+        return [body["text"] for body in self.bodies]
+
+    def __enter__(self) -> WebhookReceiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -177,3 +177,15 @@ def test_every_step_of_the_gpu_section_waits_for_the_lease_as_configured():
     mapped = gpu_section_config.config_fn({"lease_wait_seconds": 42.0})
     takes_lease = {"plan_gpu_shards", "gpu_shard", "gpu_leftover", "assemble_gpu_tables"}
     assert {op for op, values in mapped.items() if values["config"].get("lease_wait_seconds") == 42.0} == takes_lease
+
+
+def test_the_unwatched_days_sensors_are_stopped_here_and_name_the_variable_that_starts_them():
+    """A local `make dev` shows them stopped, each description naming BATCH_ASSETS_SENSORS_RUNNING; the Helm values
+    set it (tests/test_k8s.py), and tests/test_unwatched.py runs them on, in a real daemon."""
+    sensors = {s.name: s for s in defs.get_repository_def().sensor_defs}
+    watching = {"late_audio", "transcripts_freshness", "alert_failed_runs", "alert_failed_checks"}
+    assert watching <= set(sensors)
+    for name in watching:
+        assert sensors[name].default_status == dg.DefaultSensorStatus.STOPPED, name
+        assert "BATCH_ASSETS_SENSORS_RUNNING=true" in sensors[name].description, name
+    assert sensors["free_dead_runs"].default_status == dg.DefaultSensorStatus.RUNNING

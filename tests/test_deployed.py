@@ -20,7 +20,6 @@ import pathlib
 import shutil
 
 import dagster as dg
-import numpy as np
 import polars as pl
 import pytest
 
@@ -41,7 +40,6 @@ SAMPLE = SAMPLE_SOURCE / P
 SHARDED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 90.0}}}}
 KILLED_SHARD_S = 75.0  # 4 shards: bar 9's case of issue 20 (a partition of 4 shards killed in its first)
 KILLED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": KILLED_SHARD_S}}}}
-GPU_ASSETS = ["vad_scores", "diarization", "transcripts"]
 EXACT_LEVER = next(s for s in SWITCHES if s.name == "host_overlap_enabled")
 
 
@@ -243,8 +241,9 @@ def refusing_writes(deployment, under: str):
 
 def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(deployment, sample_run):
     """Why 5 of issue 20: assembly fails on the backfill's second partition (its storage refuses writes); the
-    re-execution keeps the first partition as written (its commits are gone) and completes the second. Then a
-    `units` rerun of two of the first partition's units gives their rows back, every column (issue 56)."""
+    re-execution keeps the first partition as written (its commits are gone) and completes the second. Then an
+    object lands in the first day: the late-audio sensor asks for a run of just its unit, which gets the rows its
+    original got in a flight with others, every other row kept (issues 56, 57)."""
     _, expected = sample_run
     with refusing_writes(deployment, f"transcripts/{P2}"):
         failed = deployment.run(partition=P, last=P2)
@@ -260,22 +259,62 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     for partition in (P, P2):
         assert_same_results(tables_of(expected), tables_of(deployment.storage, partition))
         assert _metadata(deployment, answer["run_id"], partition=partition)["units"].value == 5
-    # issue 56: an analyst reruns two units, which the run had heard in flights with others: their rows come back
-    # the same, every column (a unit's ASR does not depend on what shares its batches), and the others are kept
-    units = ["calls/2026/support_call.flac", "meetings/planning.mp3"]
+    # issue 57: an object lands in the published day; the late-audio sensor (the shipped one, on this deployment's
+    # instance and storage) asks for one run of just that unit, which is heard as its original was in a flight with
+    # others (a unit's rows do not depend on what shares its batches: issue 56) while every other row is kept
     before = tables_of(deployment.storage)
-    rerun = deployment.run(partition=P, run_config={"ops": {"gpu_section": {"config": {"units": units}}}},
-                           assets=GPU_ASSETS)
-    assert rerun["success"], rerun["log"].read_text()[-5000:]
+    _put_source(deployment, "calls/2026/support_call.flac", LATE)
+    asked = _late_tick(deployment)
+    [request] = asked.run_requests
+    assert request.partition_key == P and request.run_config["ops"]["gpu_section"]["config"]["units"] == [LATE]
+    late = deployment.run(partition=P, run_config=request.run_config)
+    assert late["success"], late["log"].read_text()[-5000:]
     after = tables_of(deployment.storage)
-    embeddings = [np.array(t["diarization", "speakers"]["embedding"].to_list()) for t in (before, after)]
-    np.testing.assert_allclose(*embeddings, rtol=0, atol=1e-6)  # lever 5's batches: its last-bit tolerance
-    for tables in (before, after):
-        tables["diarization", "speakers"] = tables["diarization", "speakers"].drop("embedding")
-    assert_same_results(before, after)  # the same units processed again: the same rows, every other column
-    meta = _metadata(deployment, rerun["run_id"])
-    assert meta["rerun_units"].value == ["calls__2026__support_call.flac", "meetings__planning.mp3"]
-    assert meta["resumed_flights"].value == 0  # recomputed, not reused: the whole run's commits were assembled
+    ids = dict(zip(*deployment.storage.read_parquet("fetched_audio", P, "manifest")
+                   .select("relative_key", "unit_id").to_dict(as_series=False).values(), strict=True))
+    kept = before["transcripts", "units"]["unit_id"].to_list()
+    for key, frame in before.items():
+        now = after[key].filter(pl.col("unit_id").is_in(kept))
+        assert frame.drop("scores_uri", strict=False).equals(now.drop("scores_uri", strict=False)), key
+    copy, original = (after["transcripts", "words"].filter(pl.col("unit_id") == ids[k]).drop("unit_id")
+                      for k in (LATE, "calls/2026/support_call.flac"))
+    assert original.height and copy.equals(original)
+    meta = _metadata(deployment, late["run_id"])
+    assert meta["rerun_units"].value == [ids[LATE]] and meta["units"].value == 6
+    nothing = _late_tick(deployment, asked.cursor)
+    assert not nothing.run_requests  # once per change
+    _remove_source(deployment, LATE)
+    gone = _late_tick(deployment, nothing.cursor)
+    assert not gone.run_requests and LATE in gone.skip_reason.skip_message  # reported, its rows kept
+    assert tables_of(deployment.storage)["transcripts", "units"].height == 6
+
+
+LATE = "late/support_call_again.flac"
+
+
+def _put_source(deployment, key: str, as_key: str, partition: str = P) -> None:
+    if deployment.name == "local":
+        target = pathlib.Path(deployment.storage.source_url) / partition / as_key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE / key, target)
+    else:
+        deployment.s3.client().upload_file(str(SAMPLE / key), "e2e-audio", f"recordings/{partition}/{as_key}")
+
+
+def _remove_source(deployment, key: str, partition: str = P) -> None:
+    if deployment.name == "local":
+        (pathlib.Path(deployment.storage.source_url) / partition / key).unlink()
+    else:
+        deployment.s3.client().delete_object(Bucket="e2e-audio", Key=f"recordings/{partition}/{key}")
+
+
+def _late_tick(deployment, cursor: str | None = None):
+    """One evaluation of the shipped late-audio sensor on the deployment's instance and storage."""
+    from batch_assets.orchestration.late_audio import late_audio_sensor
+
+    with deployment.instance() as instance:
+        return late_audio_sensor(dg.build_sensor_context(instance=instance, cursor=cursor,
+                                                         resources={"storage": deployment.storage}))
 
 
 def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_one):

@@ -220,6 +220,8 @@ def test_helm_values_match_the_code():
     pools = VALUES["concurrency"]
     assert pools["enabled"] is True and pools["pools"]["granularity"] == "op" and pools["pools"]["defaultLimit"] >= 1
     assert VALUES["dagsterDaemon"]["runRetries"]["enabled"] is True
+    deployed = Settings.from_env(env)  # the schedule and the unwatched days' sensors start on where it is deployed
+    assert deployed.schedule_running and deployed.sensors_running and deployed.webserver_url
     # Every secret the pods read is one the shipped Secret manifests define.
     shipped = {d["metadata"]["name"] for d in yaml.safe_load_all((K8S / "secrets.example.yaml").read_text()) if d}
     wanted = {s["name"] for s in DEPLOYMENT["envSecrets"]} | {VALUES["global"]["postgresqlSecretName"]}

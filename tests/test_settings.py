@@ -19,21 +19,24 @@ from batch_assets.settings import SettingError, Settings, variable_names
 
 def test_every_bad_variable_is_named_in_one_error():
     bad = {"BATCH_ASSETS_TORCH_THREADS": "-1", "BATCH_ASSETS_PARTITIONS_START": "15.01.2026",
-           "BATCH_ASSETS_EXECUTOR": "kubernetes", "BATCH_PIPELINE_HOST_OVERLAP_ENABLED": "yes"}
+           "BATCH_ASSETS_EXECUTOR": "kubernetes", "BATCH_PIPELINE_HOST_OVERLAP_ENABLED": "yes",
+           "BATCH_ASSETS_FRESHNESS_DEADLINE": "9am", "BATCH_ASSETS_LATE_AUDIO_DAYS": "0"}
     with pytest.raises(SettingError) as raised:
         Settings.from_env(bad)
     lines = str(raised.value).splitlines()
     assert sorted(line.split("=", 1)[0] for line in lines) == sorted(bad)
     assert "BATCH_ASSETS_PARTITIONS_START='15.01.2026' is not a day: use YYYY-MM-DD (e.g. 2026-01-01)" in lines
+    assert "BATCH_ASSETS_FRESHNESS_DEADLINE='9am' is not a time of day: use HH:MM, 24-hour, UTC (e.g. 09:00)" in lines
 
 
 def test_defaults_and_values_are_typed():
     default, given = Settings.from_env({}), Settings.from_env({
         "BATCH_ASSETS_SHARD_AUDIO_SECONDS": " 600 ", "BATCH_ASSETS_MODEL_CACHE": "~/models",
         "AWS_DEFAULT_REGION": "eu-west-1", "BATCH_ASSETS_EXECUTOR": "K8S",
-        "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true"})
+        "BATCH_PIPELINE_HALF_PRECISION_ENABLED": "true", "BATCH_ASSETS_FRESHNESS_DEADLINE": "9:05"})
     assert (default.shard_audio_seconds, given.shard_audio_seconds) == (90000, 600)
     assert given.model_cache == pathlib.Path("~/models").expanduser()
+    assert (default.freshness_deadline, given.freshness_deadline, default.late_audio_days) == ("09:00", "09:05", 7)
     assert (default.s3_region, given.s3_region, given.executor) == (None, "eu-west-1", "k8s")
     assert (default.switch_defaults["half_precision_enabled"],
             given.switch_defaults["half_precision_enabled"]) == (False, True)
@@ -41,10 +44,11 @@ def test_defaults_and_values_are_typed():
         given.shard_audio_seconds = 1  # type: ignore[misc]
 
 
-def test_the_token_is_never_shown():
-    settings = Settings.from_env({"HF_TOKEN": "hf_secret_value"})
-    assert settings.hf_token == "hf_secret_value"
-    assert "hf_secret_value" not in repr(settings) and "hf_secret_value" not in str(settings)
+def test_the_token_and_the_webhook_are_never_shown():
+    settings = Settings.from_env({"HF_TOKEN": "hf_secret_value", "BATCH_ASSETS_ALERT_WEBHOOK_URL": "https://hook/T0"})
+    assert settings.hf_token == "hf_secret_value" and settings.alert_webhook_url == "https://hook/T0"
+    for secret in ("hf_secret_value", "hook/T0"):
+        assert secret not in repr(settings) and secret not in str(settings)
 
 
 def test_resource_strings_come_from_their_variable_when_set():

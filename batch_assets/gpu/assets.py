@@ -103,7 +103,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
             chosen = selected_units(config.units, manifest)
             if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing
                 try:
-                    tables_to_keep(storage, partition, manifest)
+                    tables_to_keep(storage, partition, manifest, chosen)
                 except ValueError as error:
                     raise dg.Failure(str(error), allow_retries=False) from error
             flights = read_planned_flights(storage, partition, manifest, chosen)

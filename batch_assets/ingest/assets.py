@@ -16,7 +16,7 @@ from pydantic import Field
 from batch_assets.gpu.steps.run_config import refuse_a_bad_run_language
 from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
-from batch_assets.ingest.manifest import build_manifest
+from batch_assets.ingest.manifest import build_manifest, relist
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
@@ -62,6 +62,11 @@ class FetchConfig(DegradeConfig):
         description="Refuse a new manifest with fewer than this share of the current one's units (env default "
         "BATCH_ASSETS_SHRINK_GUARD_FRACTION, 0.5)",
     )
+
+    units: list[str] = Field(
+        default=[], description="List again only these objects (relative keys: new or changed since the day was "
+        "listed; the late-audio sensor's runs) and keep every other row of the current manifest. Empty: list the "
+        "whole day")
 
     @property
     def retries(self) -> RetryPolicy:
@@ -111,6 +116,8 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig,
         config: {allow_shrink: true}
     ```
 
+    With `units` (relative keys: what the late-audio sensor's runs set, `orchestration/late_audio.py`), only those
+    objects are listed and described again and every other row of the current manifest is kept.
     A `gpu_section` language no ASR model hears fails it first, before anything is fetched.
     """
     refuse_a_bad_run_language(context.run.run_config)
@@ -133,8 +140,12 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
     try:
-        manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency,
-                                           config.retries)
+        if config.units:
+            manifest, skipped = relist(fs, path, current_manifest(storage, partition), config.units,
+                                       config.max_recording_seconds, config.fetch_concurrency, config.retries)
+        else:
+            manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency,
+                                               config.retries)
     except UnitIdCollision as error:  # two keys, one id (a sha256 collision): nothing was read or written
         raise dg.Failure(description=f"{partition}: {error}; rename one of the objects", allow_retries=False) from None
     previous = previous_unit_count(storage, partition)
@@ -171,6 +182,7 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
         "header_bytes_read_max_per_object": int(manifest["probe_bytes"].max() or 0),
         "source": dg.MetadataValue.path(source),
         "previous_units": previous if previous is not None else "none (first materialization)",
+        "relisted_units": len(config.units) if config.units else "all (the whole day listed)",
         "manifest": dg.MetadataValue.path(uri),
         "dagster/column_schema": table_schema(dict(manifest.schema)),
         "dagster/row_count": len(manifest),
@@ -198,6 +210,15 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
     for partition in context.partition_keys:
         context.add_asset_metadata(prepare_partition(context, config, storage, partition), partition_key=partition)
     return dg.MaterializeResult()
+
+
+def current_manifest(storage: StorageResource, partition: str) -> pl.DataFrame:
+    """The day's manifest, which a run listing only some objects keeps the other rows of."""
+    try:
+        return storage.read_parquet("fetched_audio", partition, "manifest")
+    except FileNotFoundError:
+        raise dg.Failure(f"{partition}: no manifest yet, so no rows to keep: run the whole day (without "
+                         "ops.fetched_audio.config.units)", allow_retries=False) from None
 
 
 def previous_unit_count(storage: StorageResource, partition: str) -> int | None:

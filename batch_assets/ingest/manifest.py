@@ -174,14 +174,17 @@ def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path:
 
 
 def build_manifest(
-    fs, partition_path: str, max_recording_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES
+    fs, partition_path: str, max_recording_s: float, concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES,
+    only: set[str] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(manifest, skipped non-audio objects) for one partition."""
+    """(manifest, skipped non-audio objects) for one partition; with `only`, the manifest holds just the audio
+    objects with those relative keys (the skipped table is the whole listing's)."""
     if is_local(fs):
         listed, refused, aliases = list_local(partition_path)
     else:  # object stores have no symlinks
         listed, refused, aliases = list_partition(fs, partition_path), {}, {}
-    audio = [p for p in listed if p not in aliases and (is_audio(p) or p in refused)]
+    audio = [p for p in listed if p not in aliases and (is_audio(p) or p in refused)
+             and (only is None or storable(relative_key(partition_path, p)) in only)]
     # only a unit read under its own, clean key has a sidecar (a refused key's is listed as any other .json)
     readable = {p for p in audio if p not in refused and key_problem(relative_key(partition_path, p)) is None}
     sidecars = {p.removesuffix(SIDECAR_SUFFIX): p for p in listed
@@ -214,3 +217,21 @@ def build_manifest(
     for row in skipped:
         row["source_uri"], row["relative_key"] = storable(row["source_uri"]), storable(row["relative_key"])
     return pl.DataFrame(rows, schema=MANIFEST_SCHEMA), pl.DataFrame(skipped, schema=SKIPPED_SCHEMA)
+
+
+def relist(fs, partition_path: str, previous: pl.DataFrame, keys: list[str], max_recording_s: float,
+           concurrency: int, retries: RetryPolicy = DEFAULT_RETRIES) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(manifest, skipped) of a day whose `previous` manifest stands but for `keys` (relative keys: new or changed
+    objects, the late-audio sensor's), which are listed and described again; every other row is kept as it was. A
+    new key no longer listed gets a `fetch_failed` row saying so (a changed one keeps its row): nothing asked for is
+    lost. Rows in key order, as a whole listing writes them."""
+    fresh, skipped = build_manifest(fs, partition_path, max_recording_s, concurrency, retries, only=set(keys))
+    vanished = sorted(set(keys) - set(fresh["relative_key"]) - set(previous["relative_key"]))
+    lost = pl.DataFrame([{"unit_id": uid, "source_uri": uri_of(fs, posixpath.join(partition_path, key)),
+                          "relative_key": key, "result_class": str(ResultClass.FETCH_FAILED),
+                          "reason": "listed as late audio, no longer in the source when this run listed it"}
+                         for key, uid in zip(vanished, unit_ids(vanished), strict=True)], schema=MANIFEST_SCHEMA)
+    kept = previous.filter(~pl.col("relative_key").is_in(fresh["relative_key"].to_list()))
+    manifest = pl.concat([kept, fresh, lost], how="vertical").sort("relative_key", maintain_order=True)
+    unit_ids(manifest["relative_key"].to_list())  # the merged day's ids are still told apart
+    return manifest, skipped

@@ -64,7 +64,7 @@ def _local(fs, confine_to: str | None) -> bool:
     return confine_to is not None and is_local(fs)
 
 
-def _store_version(info: dict) -> ObjectVersion:
+def store_version(info: dict) -> ObjectVersion:
     etag = info.get("ETag") or info.get("etag")
     version_id = info.get("VersionId") or info.get("version_id")
     parts = [f"etag {etag}" if etag else "", f"version_id {version_id}" if version_id else ""]
@@ -84,7 +84,7 @@ def _whole(fs, path: str, confine_to: str | None) -> Iterator[tuple[ObjectVersio
             yield _fd_version(handle), handle
         return
     fs.invalidate_cache(path)  # the store's version now, not the listing cached in this process
-    version = _store_version(fs.info(path))
+    version = store_version(fs.info(path))
     with fs.open(path, "rb", block_size=CHUNK) as handle:
         yield version, handle
 
@@ -98,7 +98,7 @@ def opened(fs, path: str, confine_to: str | None) -> Iterator[tuple[ObjectVersio
             fd = handle.fileno()
             yield version, lambda start, end: os.pread(fd, end - start, start)
         return
-    yield _store_version(fs.info(path)), lambda start, end: fs.cat_file(path, start=start, end=end)
+    yield store_version(fs.info(path)), lambda start, end: fs.cat_file(path, start=start, end=end)
 
 
 def read_once(fs, path: str, listed: ObjectVersion | None, dest: BinaryIO, confine_to: str | None,

@@ -1,6 +1,7 @@
 """The daily schedule: every day at 06:00 UTC, transcribe yesterday's partition (the last complete day).
 
-Six hours after midnight leaves late uploads time to land; partitions are UTC days, so the hour is too.
+Six hours after midnight leave most late uploads time to land (the late-audio sensor, `late_audio.py`, picks up
+the rest); partitions are UTC days, so the hour is too.
 The schedule is built from the partitioned job, so each tick requests exactly one partition key and a
 run that is launched twice for the same tick is deduplicated by Dagster (same run key).
 Off by default in a local `dagster dev`; deployments switch it on with BATCH_ASSETS_SCHEDULE_RUNNING=true

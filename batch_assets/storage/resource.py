@@ -154,15 +154,17 @@ class StorageResource(dg.ConfigurableResource):
         return url
 
     def read_parquet(self, asset: str, partition: str, name: str) -> pl.DataFrame:
-        """A table as the pipeline uses it (a published table without its `day` column)."""
+        """A table as the pipeline uses it (a published table without its `day` column), read whole in one request
+        (`read_bytes`): a long-lived process (the late-audio sensor's) never reads it through a listing it cached
+        before a run replaced it."""
         url = self.output_url(asset, partition, f"{name}.parquet")
-        fs, path = self.filesystem(url)
-        if not fs.exists(path):
+        try:
+            data = self.read_bytes(url)
+        except (FileNotFoundError, NotADirectoryError):  # not there (locally, maybe a file where a folder goes)
             raise FileNotFoundError(
                 f"{url} does not exist: materialize {asset!r} for partition {partition!r} first"
-            )
-        with fs.open(path, "rb") as handle:
-            return published.without_day(pl.read_parquet(handle))
+            ) from None
+        return published.without_day(pl.read_parquet(io.BytesIO(data)))
 
     def write_array(self, array: np.ndarray, asset: str, partition: str, name: str) -> str:
         url = self.output_url(asset, partition, f"{name}.npy")

@@ -204,11 +204,13 @@ TABLE_SCHEMAS = {
 }
 
 
-def tables_to_keep(storage, partition: str, manifest: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
-    """The partition's current tables, before a rerun of some units; raises ValueError if they cannot be kept.
+def tables_to_keep(storage, partition: str, manifest: pl.DataFrame,
+                   rerun: set[str]) -> dict[tuple[str, str], pl.DataFrame]:
+    """The partition's current tables, before a rerun of the units `rerun`; raises ValueError if they cannot be kept.
 
-    Keeping other units' rows is only sound when the current tables are complete, written with today's
-    schemas, and cover exactly the units of the current manifest; otherwise the whole partition must run.
+    Keeping other units' rows is only sound when the current tables are complete, written with today's schemas, and
+    cover the units of the current manifest, but for units this rerun adds (late audio, `ingest/late_audio.py`);
+    otherwise the whole partition must run.
     """
     tables = {}
     for (asset, name), schema in TABLE_SCHEMAS.items():
@@ -219,7 +221,8 @@ def tables_to_keep(storage, partition: str, manifest: pl.DataFrame) -> dict[tupl
         if dict(frame.schema) != schema:
             raise ValueError(f"{asset}/{name} of {partition} has an older schema: rerun the whole partition")
         tables[asset, name] = frame
-    if sorted(tables["transcripts", "units"]["unit_id"]) != sorted(manifest["unit_id"]):
+    published, listed = set(tables["transcripts", "units"]["unit_id"]), set(manifest["unit_id"])
+    if not published <= listed or not listed - published <= rerun:
         raise ValueError(f"transcripts of {partition} do not cover the current manifest: rerun the whole partition")
     return tables
 

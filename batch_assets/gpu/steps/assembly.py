@@ -92,7 +92,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             "other nodes that did not rerun every GPU step); nothing was written. Re-execute the run with all steps "
             "(each GPU step redoes the flights committed on another device type than its own), or rerun the "
             "partition.", allow_retries=False)
-    previous = tables_to_keep(storage, partition, manifest) if chosen is not None else None
+    previous = tables_to_keep(storage, partition, manifest, chosen) if chosen is not None else None
     fragments = commits.fragments(flight_ids)  # every one validated above
     pieces = window_pieces(plan)
     window_scores = [uri for uid, uri in zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"],

@@ -62,7 +62,9 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
     ids = set(manifest["unit_id"])
     unknown = [u for u in requested if u not in ids and u not in by_key]
     if unknown:
-        raise dg.Failure(f"units not in this partition's manifest (new audio? rerun the whole partition): {unknown}",
+        raise dg.Failure(f"units not in this partition's manifest: {unknown} (new audio? list it in the same run, "
+                         "ops.fetched_audio.config.units, as the late-audio sensor's runs do; or rerun the whole "
+                         "partition)",
                          allow_retries=False)
     return {u if u in ids else by_key[u] for u in requested}
 

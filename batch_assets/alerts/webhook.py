@@ -1,0 +1,59 @@
+"""Post one alert as `{"text": ...}` to an incoming webhook: Slack's, a Teams workflow's, most chat tools'.
+
+Why this and not a chat SDK: every tool an operator is likely to use accepts this body on an incoming-webhook URL,
+which needs no token, no extra dependency and no scopes; `dagster-slack` would add a client and a bot token for the
+same message. The URL is a secret (it lets anyone post): it is never logged, never put in a message and never in an
+error (`Delivery.error` names what failed, not where). A post is tried `attempts` times with a timeout and a
+backoff (a 4xx other than 429 is not retried: the URL or the body is wrong), and never raises: whoever calls it (a
+sensor, never a run) logs the outcome and goes on. No Dagster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.error
+import urllib.request
+
+TIMEOUT_S = 10.0
+ATTEMPTS = 3
+BACKOFF_S = 1.0
+MAX_TEXT = 3000  # Slack shows up to 40,000 characters; a message longer than a screen is not read
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """What a post did: sent or not, after how many attempts, and why not (never naming the URL)."""
+
+    sent: bool
+    attempts: int
+    error: str | None = None
+
+
+def post_text(url: str, text: str, timeout_s: float = TIMEOUT_S, attempts: int = ATTEMPTS,
+              backoff_s: float = BACKOFF_S) -> Delivery:
+    """POST `{"text": text}` (cut to `MAX_TEXT` characters) to `url` as JSON."""
+    if not url.lower().startswith(("https://", "http://")):
+        return Delivery(False, 0, "not an http(s) URL: set BATCH_ASSETS_ALERT_WEBHOOK_URL to the webhook's https://…")
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT - 1] + "…"
+    body = json.dumps({"text": text}).encode()
+    error = None
+    for attempt in range(1, attempts + 1):
+        request = urllib.request.Request(url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (the operator's URL)
+                response.read()
+            return Delivery(True, attempt)
+        except urllib.error.HTTPError as failure:
+            error = f"HTTP {failure.code} {failure.reason}"
+            if 400 <= failure.code < 500 and failure.code != 429:
+                return Delivery(False, attempt, error)
+        except (urllib.error.URLError, OSError) as failure:  # refused, unreachable, timed out
+            reason = getattr(failure, "reason", failure)
+            error = f"{type(failure).__name__}: {reason}"
+        if attempt < attempts:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+    return Delivery(False, attempts, error)

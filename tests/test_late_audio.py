@@ -1,0 +1,182 @@
+"""Late audio on a published day (issue 57): the late-audio sensor's comparison, its run, and the alert webhook.
+
+The sensor is the shipped one, evaluated on a real instance with the real storage resource (`dg.build_sensor_context`);
+its run is the real job's assets with the run config it asked for, on a copy of the sample partition's outputs and
+source. The comparison is also run on a real S3 API (moto). The webhook posts go to a real HTTP server on loopback.
+The daemon itself, ticking on its own, is `tests/test_unwatched.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from batch_assets.alerts.webhook import post_text
+from batch_assets.definitions import all_assets, exports_checks, transcripts_checks
+from batch_assets.ingest.late_audio import late_changes, list_versions
+from batch_assets.ingest.manifest import build_manifest
+from batch_assets.orchestration.late_audio import late_audio_sensor
+from batch_assets.settings import reload_settings
+from batch_assets.storage.resource import SAMPLE_PARTITION
+
+from .conftest import SAMPLE_SOURCE, make_resources, tables_of
+from .s3_server import S3Server
+from .servers import WebhookReceiver
+
+P = SAMPLE_PARTITION
+ORIGINAL, LATE, TOUCHED, REMOVED = ("calls/2026/support_call.flac", "late/support_call_again.flac",
+                                    "calls/2026/interview.ogg", "meetings/planning.mp3")
+
+
+@pytest.fixture()
+def day(sample_run, tmp_path, lock_dir):
+    """A copy of the sample day's source and outputs, published on a real instance of its own."""
+    _, storage = sample_run
+    shutil.copytree(SAMPLE_SOURCE / P, tmp_path / "source" / P)
+    shutil.copytree(storage.storage_url, tmp_path / "storage")
+    resources = make_resources(tmp_path / "storage", lock_dir, tmp_path / "source")
+    (tmp_path / "home").mkdir()
+    with dg.DagsterInstance.local_temp(str(tmp_path / "home")) as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("transcripts", partition=P))
+        yield instance, resources, tmp_path / "source" / P
+
+
+@pytest.fixture()
+def webhook(monkeypatch):
+    with WebhookReceiver() as receiver:
+        monkeypatch.setenv("BATCH_ASSETS_ALERT_WEBHOOK_URL", receiver.url)
+        reload_settings()
+        yield receiver
+    monkeypatch.delenv("BATCH_ASSETS_ALERT_WEBHOOK_URL")
+    reload_settings()
+
+
+def _tick(instance, resources, cursor=None):
+    return late_audio_sensor(dg.build_sensor_context(instance=instance, cursor=cursor,
+                                                     resources={"storage": resources["storage"]}))
+
+
+def _rows(tables: dict, unit_ids: list[str]) -> dict:
+    """Their rows, but for where the source and the score arrays lie (the source is a copy here)."""
+    return {key: frame.filter(pl.col("unit_id").is_in(unit_ids)).drop("scores_uri", "source_uri", strict=False)
+            for key, frame in tables.items()}
+
+
+@pytest.mark.e2e
+def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_change(day, webhook):
+    instance, resources, folder = day
+    storage = resources["storage"]
+    before = tables_of(storage)
+    first = _tick(instance, resources)
+    assert not first.run_requests and "nothing new, changed or gone" in first.skip_reason.skip_message
+
+    (folder / LATE).parent.mkdir()
+    shutil.copy(folder / ORIGINAL, folder / LATE)  # a file sent again under another name, after the day's run
+    os.utime(folder / TOUCHED)  # the same bytes written again: a new version
+    asked = _tick(instance, resources, first.cursor)
+    [request] = asked.run_requests
+    assert request.partition_key == P
+    assert request.run_config["ops"]["gpu_section"]["config"]["units"] == sorted([LATE, TOUCHED])
+    assert request.run_config["ops"]["fetched_audio"]["config"]["units"] == sorted([LATE, TOUCHED])
+    assert not _tick(instance, resources, asked.cursor).run_requests  # the cursor: asked for once
+    assert [r.run_key for r in _tick(instance, resources).run_requests] == [request.run_key]  # a lost cursor: the
+    # same run key, which Dagster launches once
+
+    result = dg.materialize([*all_assets, *transcripts_checks, *exports_checks], partition_key=P,
+                            resources=resources, instance=instance, run_config=request.run_config, tags=request.tags)
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks)  # units_accounted_for among them: the manifest holds the new unit
+    after = tables_of(storage)
+    manifest = storage.read_parquet("fetched_audio", P, "manifest")
+    ids = dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
+    assert len(manifest) == 6 and after["transcripts", "units"].height == 6
+    others = [i for k, i in ids.items() if k != LATE]
+    for key, frame in _rows(before, others).items():  # every unit heard before: its rows as they were
+        now = _rows(after, others)[key]
+        assert frame.equals(now), (key, [c for c in frame.columns if not frame[c].equals(now[c])])
+    words = [after["transcripts", "words"].filter(pl.col("unit_id") == ids[k]).drop("unit_id")
+             for k in (ORIGINAL, LATE)]
+    assert words[0].height > 0 and words[0].equals(words[1])  # the late copy is heard as its original was
+    assert not webhook.bodies  # a run that succeeded tells nobody
+
+    nothing = _tick(instance, resources, asked.cursor)
+    assert not nothing.run_requests
+    os.remove(folder / REMOVED)
+    gone = _tick(instance, resources, nothing.cursor)
+    assert not gone.run_requests and REMOVED in gone.skip_reason.skip_message
+    [text] = webhook.texts()
+    assert P in text and REMOVED in text and "kept" in text and webhook.url not in text
+    _tick(instance, resources, gone.cursor)
+    assert len(webhook.bodies) == 1  # told once per set of gone objects
+    assert tables_of(storage)["transcripts", "units"].height == 6  # its rows stay
+
+
+def test_the_listing_tells_new_changed_and_gone_objects_on_s3():
+    """On a real S3 API: the manifest's versions (HEAD) and the listing's (LIST) compare by size and ETag."""
+    with S3Server() as s3:
+        client = s3.client()
+        client.create_bucket(Bucket="late")
+        for key in (ORIGINAL, TOUCHED, REMOVED):
+            client.upload_file(str(SAMPLE_SOURCE / P / key), "late", f"rec/{P}/{key}")
+        storage = s3.storage("late")
+        fs, path = storage.filesystem(f"s3://late/rec/{P}")
+        manifest, _ = build_manifest(fs, path, 7200.0, 4)
+        published = set(manifest["unit_id"])
+        unchanged = late_changes(P, list_versions(fs, path), manifest, published, local=False)
+        assert unchanged.listed == 3 and not unchanged.units and not unchanged.gone
+        client.upload_file(str(SAMPLE_SOURCE / P / ORIGINAL), "late", f"rec/{P}/{LATE}")
+        client.upload_file(str(SAMPLE_SOURCE / P / "meetings/standup.wav"), "late", f"rec/{P}/{TOUCHED}")
+        client.delete_object(Bucket="late", Key=f"rec/{P}/{REMOVED}")
+        changes = late_changes(P, list_versions(fs, path), manifest, published, local=False)
+        assert (changes.new, changes.changed, changes.gone) == ((LATE,), (TOUCHED,), (REMOVED,))
+        client.upload_file(str(SAMPLE_SOURCE / P / TOUCHED), "late", f"rec/{P}/{TOUCHED}")  # its old bytes again
+        assert late_changes(P, list_versions(fs, path), manifest, published, local=False).changed == ()
+
+
+def test_the_webhook_gets_the_text_with_retries_and_never_the_url_in_an_error():
+    with WebhookReceiver(answers=[500, 429]) as receiver:
+        delivery = post_text(receiver.url, "run abc failed", backoff_s=0.01)
+        assert delivery.sent and delivery.attempts == 3 and receiver.bodies == [{"text": "run abc failed"}]
+    with WebhookReceiver(answers=[404]) as receiver:
+        delivery = post_text(receiver.url, "x", backoff_s=0.01)
+        assert not delivery.sent and delivery.attempts == 1 and delivery.error.startswith("HTTP 404")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/hooks/secret-token"
+    delivery = post_text(url, "x", timeout_s=1, backoff_s=0.01)
+    assert not delivery.sent and delivery.attempts == 3 and "secret-token" not in delivery.error
+    assert not post_text("file:///etc/passwd", "x").sent
+
+
+
+def test_relisting_some_keys_keeps_every_other_row_and_loses_no_key_asked_for(tmp_path):
+    """What a late run's `fetched_audio` does: the keys asked for are described again (a new one, a changed one),
+    one that is gone by then gets a `fetch_failed` row saying so, and the other rows are the manifest's own."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from batch_assets.ingest.manifest import relist
+
+    folder = tmp_path / P
+    for key in (ORIGINAL, TOUCHED, REMOVED):
+        (folder / key).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_SOURCE / P / key, folder / key)
+    fs = LocalFileSystem()
+    previous, _ = build_manifest(fs, str(folder), 7200.0, 2)
+    (folder / LATE).parent.mkdir()
+    shutil.copy(SAMPLE_SOURCE / P / ORIGINAL, folder / LATE)
+    shutil.copy(SAMPLE_SOURCE / P / "meetings/standup.wav", folder / TOUCHED)  # other bytes under the same key
+    manifest, _ = relist(fs, str(folder), previous, [LATE, TOUCHED, "late/gone_already.wav"], 7200.0, 2)
+    assert manifest["relative_key"].to_list() == sorted([ORIGINAL, TOUCHED, REMOVED, LATE, "late/gone_already.wav"])
+    rows = {row["relative_key"]: row for row in manifest.iter_rows(named=True)}
+    before = {row["relative_key"]: row for row in previous.iter_rows(named=True)}
+    assert rows[ORIGINAL] == before[ORIGINAL] and rows[REMOVED] == before[REMOVED]
+    assert rows[TOUCHED]["bytes"] == (folder / TOUCHED).stat().st_size != before[TOUCHED]["bytes"]
+    assert rows[LATE]["result_class"] == "ok" and rows[LATE]["duration_s"] == rows[ORIGINAL]["duration_s"]
+    assert rows["late/gone_already.wav"]["result_class"] == "fetch_failed"
+    assert "no longer in the source" in rows["late/gone_already.wav"]["reason"]
