@@ -106,9 +106,10 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
             assert P in failed and "xx" in failed and f"http://ui.test/runs/{refused['run_id']}" in failed
             [stale] = [t for t in texts if "freshness miss" in t]
             assert "transcripts" in stale and "09:00 UTC" in stale
+            _wait(lambda: _late_runs_ended(deployment), 120, "the late run's end (its exports)", log)
             ticked = _ticks(log, "late_audio")
             _wait(lambda: _ticks(log, "late_audio") >= ticked + 2, 60, "two more late-audio ticks", log)
-            _stop(daemon)
+            _stop(daemon)  # a redeploy, the run it launched ended (stopping the daemon stops its runs too)
             daemon = _start_daemon(deployment, log)  # a restart: the cursor and the run key stand
             ticked = _ticks(log, "late_audio")
             _wait(lambda: _ticks(log, "late_audio") >= ticked + 2, 120, "two late-audio ticks after a restart", log)
@@ -129,3 +130,9 @@ def _late_unit_published(deployment) -> int:
         return 0
     late = units.filter(pl.col("unit_id") == LATE.replace("/", "__"))
     return units.height if late.height and late["num_words"][0] > 0 else 0
+
+
+def _late_runs_ended(deployment) -> bool:
+    with deployment.instance() as instance:
+        runs = [r for r in instance.get_runs() if LATE_TAG in r.tags]
+    return bool(runs) and all(r.is_finished for r in runs)
