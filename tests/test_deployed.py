@@ -95,7 +95,11 @@ def test_the_sample_partition(deployment, flights_of_one):
     """The sample partition in 3 shards, the first GPU step's process killed once its first flight is committed (a
     step pod lost with its GPU node; the run's own process lives on): the step's RetryPolicy reruns it in a fresh
     process, which resumes from the commits, and the run succeeds with the same tables as one process and one
-    shard."""
+    shard.
+
+    Over 60 s here: the whole day in 3 shard steps, one killed and retried in a
+    fresh process: the kill is what is tested.
+    """
     first = f"gpu_shard[{P.replace('-', '')}_s000]"  # two flights: killed while it processes its second
     answer, killed, committed = deployment.kill_step_when(
         lambda: any(c.endswith("/flight-0000.commit.json") for c in _commits(deployment)), first,
@@ -180,7 +184,10 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     had started (never those that had not); the listing step after the shards runs again and gives each shard
     whose step never started a leftover GPU step of its own, so the day is whole and no flight is processed twice.
     (Here, one GPU step at a time: no shard step reruns. On S3 + PostgreSQL, a pool of two: the second shard,
-    interrupted, reruns beside the leftover steps.)"""
+    interrupted, reruns beside the leftover steps.)
+
+    Over 60 s here: a run killed for real and its re-execution from failure.
+    """
     dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=KILLED)
     committed = len(_commits(deployment))
     assert 1 <= committed < 5, committed
@@ -243,7 +250,11 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     """Why 5 of issue 20: assembly fails on the backfill's second partition (its storage refuses writes); the
     re-execution keeps the first partition as written (its commits are gone) and completes the second. Then an
     object lands in the first day: the late-audio sensor asks for a run of just its unit, which gets the rows its
-    original got in a flight with others, every other row kept (issues 56, 57)."""
+    original got in a flight with others, every other row kept (issues 56, 57).
+
+    Over 60 s here: a two-partition run, its re-execution and the late run,
+    each real processes on the deployment; the failure and the resume are between processes.
+    """
     _, expected = sample_run
     with refusing_writes(deployment, f"transcripts/{P2}"):
         failed = deployment.run(partition=P, last=P2)
@@ -317,11 +328,14 @@ def _late_tick(deployment, cursor: str | None = None):
                                                          resources={"storage": deployment.storage}))
 
 
+@pytest.mark.parametrize("deployment", ["local"], indirect=True)  # not on s3-postgres: the fingerprint check does
+# not depend on the storage, and the late upload lands in the local source
 def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_one):
     """Why 5 of issue 20: between the kill and the re-execution, a late upload rematerialized `prepared_flights`
-    (every flight id now holds another unit). Commits made for the old plan are redone, never mixed in."""
-    if deployment.name != "local":
-        pytest.skip("the fingerprint check does not depend on the storage; the late upload lands in the local source")
+    (every flight id now holds another unit). Commits made for the old plan are redone, never mixed in.
+
+    Over 60 s here: a run killed for real, a re-plan run and the re-execution, each real processes.
+    """
     source = deployment.work / "source" / P / "calls" / "2026"
     late = source / "a_late_upload.ogg"  # sorts first: the old flight-0000 (interview.ogg) is now this unit's
     dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=SHARDED)
@@ -351,12 +365,18 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
     assert same(words, new).equals(same(whole["transcripts", "words"], "calls__2026__interview.ogg"))
 
 
+@pytest.mark.parametrize("deployment", ["s3-postgres"], indirect=True)  # where redeploys happen; the fingerprint
+# check does not depend on the storage (the kills above run on both)
 def test_a_resume_after_the_asr_routing_changed_redoes_every_commit(deployment):
     """Issue 48: killed in its first shard, re-executed from failure after a redeploy changed the ASR routing
     (BATCH_ASSETS_ASR_MODELS). Every commit made under the old routing is redone, never mixed in: the day is
     published from one model, and the metadata says how many flights were redone and why. (One shard: the
     re-execution reruns its step. A commit the listing finds under another deployment becomes a leftover flight
-    like any other without a valid commit: test_shards pins the rule, the kill case above the listing.)"""
+    like any other without a valid commit: test_shards pins the rule, the kill case above the listing.)
+
+    Over 60 s here: a run killed for real and its re-execution under other
+    settings (a redeploy).
+    """
     dead = deployment.kill_when(lambda: len(_commits(deployment, P2)) >= 1, partition=P2,
                                 run_config={"ops": FLIGHTS_OF_ONE})
     committed = len(_commits(deployment, P2))

@@ -395,6 +395,7 @@ def test_units_shorter_than_the_window_get_the_rows_they_always_got(windowed_run
 
 @pytest.mark.e2e
 def test_a_kill_mid_unit_resumes_from_the_last_committed_window(tmp_path_factory, long_source, windowed_run):
+    """Over 60 s here: a windowed unit's run killed for real mid-unit and its re-execution, real processes."""
     deployment = deployments.local(tmp_path_factory.mktemp("long-kill"), long_source[0])
     work = deployment.storage.filesystem(deployment.storage.url(f"gpu_work/{LONG_DAY}"))[1]
 

@@ -264,6 +264,9 @@ def _wait_for(log: pathlib.Path, text: str, proc: subprocess.Popen, timeout: flo
 
 @pytest.mark.e2e
 def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
+    """A run killed with SIGKILL in its GPU step holds the only gpu slot; the next `batch-assets run` fails the
+    dead run, frees the slot and runs, with its quiet output; then a units rerun with a hint. Over 60 s here: three
+    `batch-assets run` processes, the kill and the CLI's own output being what is tested."""
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     first = _start_cli(env, tmp_path / "first.log")
     _wait_for(tmp_path / "first.log", GPU_STEP_STARTED, first)
@@ -457,7 +460,10 @@ def test_a_plain_run_after_a_ctrl_c_reuses_the_stopped_runs_commits(tmp_path):
     """Issue 56: Ctrl-C once a first flight is committed (9 units: two flights, the first of 8): Dagster stops the
     run its own way, the command reports it canceled (and its interrupted step stopped, not "retry"), the run is
     CANCELED. A plain `batch-assets run` then reuses the stopped run's commits (same plan, same identity) instead of
-    computing them again, says so, and its metadata counts them by the run they came from."""
+    computing them again, says so, and its metadata counts them by the run they came from.
+
+    Over 60 s here: two `batch-assets run` processes and a real SIGINT to the first.
+    """
     key = "calls/followup.flac"  # 12.3 s
     source = tmp_path / "source" / PARTITION
     for i in range(9):

@@ -18,6 +18,8 @@ def _metadata(dagster_home) -> dict:
 
 @pytest.mark.e2e
 def test_two_processes_on_one_device_take_turns(tmp_path):
+    """Two runs in two processes share one device through the section lock. Over 60 s here: two whole runs in
+    their own processes at once; the lock between processes is what is tested."""
     lock_dir = tmp_path / "locks"
     procs = []
     for name in ("a", "b"):

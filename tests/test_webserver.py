@@ -120,6 +120,8 @@ def _launch_backfill(client: DagsterGraphQLClient) -> str:
 
 
 def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(tmp_path, lock_dir):
+    """Over 60 s here: `dagster dev` (webserver, daemon, code server) and the two runs it launches from the UI's
+    GraphQL calls, a process per step, as a deployment launches them; the launch path is what is tested."""
     with dagster_dev(tmp_path, lock_dir, seed="1") as (client, storage, log):  # the seed that once refused it
         _launch_and_run(client, storage, log)
 
