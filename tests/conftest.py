@@ -162,6 +162,18 @@ def tables_of(storage, partition: str = SAMPLE_PARTITION) -> dict:
     return {key: storage.read_parquet(key[0], partition, key[1]) for key in TABLES}
 
 
+def assert_units_kept(before: dict, after: dict, drop: tuple[str, ...] = ("scores_uri",)) -> None:
+    """Every row `before` holds (the seven tables) is in `after` as it was, but for the columns `drop`: a rerun of
+    other units, or units added, left them alone."""
+    import polars as pl
+
+    kept = before["transcripts", "units"]["unit_id"].to_list()
+    for key, frame in before.items():
+        frame, now = frame.drop(*drop, strict=False), after[key].filter(pl.col("unit_id").is_in(kept))
+        now = now.drop(*drop, strict=False)
+        assert frame.equals(now), (key, [c for c in frame.columns if not frame[c].equals(now[c])])
+
+
 def assert_same_results(a: dict, b: dict) -> None:
     """Equal tables, but for where the VAD score arrays live (a folder per root run, a storage root per test)."""
     for key in TABLES:

@@ -30,7 +30,7 @@ from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
 from . import deployments
-from .conftest import FLIGHTS_OF_ONE, SAMPLE_SOURCE, assert_same_results, tables_of
+from .conftest import FLIGHTS_OF_ONE, SAMPLE_SOURCE, assert_same_results, assert_units_kept, tables_of
 from .s3_server import S3Server
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
@@ -283,10 +283,7 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     after = tables_of(deployment.storage)
     ids = dict(zip(*deployment.storage.read_parquet("fetched_audio", P, "manifest")
                    .select("relative_key", "unit_id").to_dict(as_series=False).values(), strict=True))
-    kept = before["transcripts", "units"]["unit_id"].to_list()
-    for key, frame in before.items():
-        now = after[key].filter(pl.col("unit_id").is_in(kept))
-        assert frame.drop("scores_uri", strict=False).equals(now.drop("scores_uri", strict=False)), key
+    assert_units_kept(before, after)  # the day's units as they were
     copy, original = (after["transcripts", "words"].filter(pl.col("unit_id") == ids[k]).drop("unit_id")
                       for k in (LATE, "calls/2026/support_call.flac"))
     assert original.height and copy.equals(original)

@@ -24,7 +24,7 @@ from batch_assets.orchestration.late_audio import late_audio_sensor
 from batch_assets.settings import reload_settings
 from batch_assets.storage.resource import SAMPLE_PARTITION
 
-from .conftest import SAMPLE_SOURCE, make_resources, tables_of
+from .conftest import SAMPLE_SOURCE, assert_units_kept, make_resources, tables_of
 from .s3_server import S3Server
 from .servers import WebhookReceiver
 
@@ -61,12 +61,6 @@ def _tick(instance, resources, cursor=None):
                                                      resources={"storage": resources["storage"]}))
 
 
-def _rows(tables: dict, unit_ids: list[str]) -> dict:
-    """Their rows, but for where the source and the score arrays lie (the source is a copy here)."""
-    return {key: frame.filter(pl.col("unit_id").is_in(unit_ids)).drop("scores_uri", "source_uri", strict=False)
-            for key, frame in tables.items()}
-
-
 @pytest.mark.e2e
 def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_change(day, webhook):
     instance, resources, folder = day
@@ -96,10 +90,8 @@ def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_chan
     manifest = storage.read_parquet("fetched_audio", P, "manifest")
     ids = dict(zip(manifest["relative_key"], manifest["unit_id"], strict=True))
     assert len(manifest) == 6 and after["transcripts", "units"].height == 6
-    others = [i for k, i in ids.items() if k != LATE]
-    for key, frame in _rows(before, others).items():  # every unit heard before: its rows as they were
-        now = _rows(after, others)[key]
-        assert frame.equals(now), (key, [c for c in frame.columns if not frame[c].equals(now[c])])
+    assert_units_kept(before, after, drop=("scores_uri", "source_uri"))  # every unit heard before: its rows as they
+    # were (but where the source lies: a copy here)
     words = [after["transcripts", "words"].filter(pl.col("unit_id") == ids[k]).drop("unit_id")
              for k in (ORIGINAL, LATE)]
     assert words[0].height > 0 and words[0].equals(words[1])  # the late copy is heard as its original was

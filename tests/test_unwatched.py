@@ -30,7 +30,7 @@ from batch_assets.orchestration.late_audio import LATE_TAG
 from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
 
 from . import deployments
-from .conftest import SAMPLE_SOURCE, tables_of
+from .conftest import SAMPLE_SOURCE, assert_units_kept, tables_of
 from .servers import WebhookReceiver
 
 pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a deployment
@@ -95,10 +95,7 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
             latency = time.monotonic() - landed
             print(f"late object landed -> its words in the tables: {latency:.1f} s (late-audio sensor every 5 s)")
             after = tables_of(deployment.storage)
-            kept = before["transcripts", "units"]["unit_id"].to_list()
-            for key, frame in before.items():  # the day's units as they were
-                now = after[key].filter(pl.col("unit_id").is_in(kept))
-                assert frame.drop("scores_uri", strict=False).equals(now.drop("scores_uri", strict=False)), key
+            assert_units_kept(before, after)  # the day's units as they were
             assert units == len(DAY_UNITS) + 1
 
             texts = _wait(lambda: len(hook.texts()) >= 2 and hook.texts(), 120, "the two alerts", log)

@@ -139,16 +139,20 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
                      lease: PartitionLease) -> dict:
     source = storage.source_partition_url(partition)
     fs, path = storage.filesystem(source)
+    current = current_manifest(storage, partition)
+    if config.units and current is None:
+        raise dg.Failure(f"{partition}: no manifest yet, so no rows to keep: run the whole day (without "
+                         "ops.fetched_audio.config.units)", allow_retries=False)
     try:
         if config.units:
-            manifest, skipped = relist(fs, path, current_manifest(storage, partition), config.units,
-                                       config.max_recording_seconds, config.fetch_concurrency, config.retries)
+            manifest, skipped = relist(fs, path, current, config.units, config.max_recording_seconds,
+                                       config.fetch_concurrency, config.retries)
         else:
             manifest, skipped = build_manifest(fs, path, config.max_recording_seconds, config.fetch_concurrency,
                                                config.retries)
     except UnitIdCollision as error:  # two keys, one id (a sha256 collision): nothing was read or written
         raise dg.Failure(description=f"{partition}: {error}; rename one of the objects", allow_retries=False) from None
-    previous = previous_unit_count(storage, partition)
+    previous = None if current is None else len(current)
     shrinks = previous is not None and previous > 0 and (
         len(manifest) == 0 or len(manifest) < config.shrink_guard_fraction * previous)
     if shrinks and not config.allow_shrink:
@@ -212,19 +216,11 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
     return dg.MaterializeResult()
 
 
-def current_manifest(storage: StorageResource, partition: str) -> pl.DataFrame:
-    """The day's manifest, which a run listing only some objects keeps the other rows of."""
+def current_manifest(storage: StorageResource, partition: str) -> pl.DataFrame | None:
+    """The partition's current manifest (what the shrink guard compares with, and what a run listing only some
+    objects keeps the other rows of), or None when it has none yet."""
     try:
         return storage.read_parquet("fetched_audio", partition, "manifest")
-    except FileNotFoundError:
-        raise dg.Failure(f"{partition}: no manifest yet, so no rows to keep: run the whole day (without "
-                         "ops.fetched_audio.config.units)", allow_retries=False) from None
-
-
-def previous_unit_count(storage: StorageResource, partition: str) -> int | None:
-    """Units in the partition's current manifest, or None when it has none yet."""
-    try:
-        return len(storage.read_parquet("fetched_audio", partition, "manifest"))
     except FileNotFoundError:
         return None
 

@@ -43,18 +43,17 @@ def sensor_status() -> dg.DefaultSensorStatus:
 STARTS_WITH = "Starts on with BATCH_ASSETS_SENSORS_RUNNING=true (the Helm values set it)."
 
 
-def tell(log: Callable[[str], None], text: str) -> bool:
+def tell(log: Callable[[str], None], text: str) -> None:
     """Post `text` to the alert webhook; the outcome goes to `log` (the sensor's tick). Never raises."""
     url = current_settings().alert_webhook_url
     if url is None:
         log(f"not sent (BATCH_ASSETS_ALERT_WEBHOOK_URL is not set): {text}")
-        return False
+        return
     delivery = post_text(url, text)
     if delivery.sent:
         log(f"sent to the alert webhook: {text}")
     else:
         log(f"NOT sent to the alert webhook after {delivery.attempts} attempt(s) ({delivery.error}): {text}")
-    return delivery.sent
 
 
 def run_link(run_id: str) -> str:
@@ -62,12 +61,18 @@ def run_link(run_id: str) -> str:
     return f"{base.rstrip('/')}/runs/{run_id}" if base else f"run {run_id}"
 
 
+def run_days(tags: dict[str, str]) -> tuple[str, str] | None:
+    """(first, last) day a run's tags name: its partition, or a backfill run's range; None for neither."""
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"], tags["dagster/partition"]
+    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
+    return (start, end) if start and end else None
+
+
 def run_partitions(tags: dict[str, str]) -> str:
     """The partition (or backfill range) a run's tags name, or ''."""
-    if "dagster/partition" in tags:
-        return tags["dagster/partition"]
-    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
-    return f"{start}..{end}" if start and end and start != end else (start or "")
+    days = run_days(tags)
+    return "" if days is None else days[0] if days[0] == days[1] else f"{days[0]}..{days[1]}"
 
 
 def _first_line(text: str, limit: int = 400) -> str:

@@ -24,7 +24,7 @@ import time
 import dagster as dg
 
 from batch_assets.ingest.late_audio import LateChanges, late_changes, list_versions
-from batch_assets.orchestration.alerts import STARTS_WITH, sensor_status, tell
+from batch_assets.orchestration.alerts import STARTS_WITH, run_days, sensor_status, tell
 from batch_assets.orchestration.jobs import transcribe_partition_job
 from batch_assets.settings import current_settings
 from batch_assets.storage.paths import is_local
@@ -50,21 +50,10 @@ def recently_published(instance, days: int, now: float) -> list[str]:
         cursor = result.cursor
 
 
-def days_in_flight(instance) -> set[str]:
-    """Days a queued or started run of this code location's jobs works on (a backfill run: its whole range)."""
-    busy = set()
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT)):
-        tags = run.tags
-        if "dagster/partition" in tags:
-            busy.add(tags["dagster/partition"])
-        start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
-        if start and end:
-            busy.add((start, end))
-    return busy
-
-
-def _busy(day: str, busy: set) -> bool:
-    return any(day == b if isinstance(b, str) else b[0] <= day <= b[1] for b in busy)
+def days_in_flight(instance) -> list[tuple[str, str]]:
+    """(first, last) day of each queued or started run (a backfill run: its whole range)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT))
+    return [days for days in (run_days(run.tags) for run in runs) if days is not None]
 
 
 def day_changes(storage: StorageResource, day: str) -> LateChanges | None:
@@ -118,7 +107,7 @@ def late_audio_sensor(context: dg.SensorEvaluationContext, storage: StorageResou
         if time.monotonic() - started > LISTING_BUDGET_S:
             left = order[i:]
             break
-        if _busy(day, busy):
+        if any(first <= day <= last for first, last in busy):
             lines.append(f"{day}: a run is in flight, next tick")
             continue
         changes = day_changes(storage, day)
