@@ -18,15 +18,18 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# -n: pytest-xdist workers (a file's tests stay on one worker, the longest files first: tests/conftest.py);
+# -n: pytest-xdist workers (a file's tests stay on one worker, the longest files first: tests/conftest.py). The
+# whole suite spends much of its time waiting on daemons, servers and process start-ups: three workers keep two
+# cores busy; the fast tests compute, and two workers suit them (docs/contributing.md: the budget).
 # --durations: the slowest tests and fixtures, printed after every run (where the suite's time goes)
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
+FAST_WORKERS ?= 2
 test: setup lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # the tests marked neither e2e (the job, a server, a deployment) nor slow nor gpu (pyproject.toml: markers)
 test-fast: setup lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) -m "not e2e and not slow and not gpu"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n $(FAST_WORKERS) -m "not e2e and not slow and not gpu"
 
 # dagster dev through a wrapper that stops it whole on Ctrl-C or SIGTERM (batch_assets/cli/commands.py: dev)
 DEV_PORT ?= 3000

@@ -38,10 +38,10 @@ TORCH_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTES
 # The groups that take longest, longest first (`make test` prints the slowest tests): pytest-xdist's workers take
 # them first, so no long group starts last while the other worker idles. A group is a test file (its tests share
 # the file's fixtures); test_deployed is one group per configuration (each builds its own deployment).
-LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_deployed[local]", "test_webserver", "test_reliability",
-                 "test_unwatched",
-                 "test_long_units", "test_section_lock", "test_embedding_trunk", "test_flight_batching",
-                 "test_nothing_worse", "test_dev", "test_switches", "test_sample_partition"]
+LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_reliability", "test_deployed[local]", "test_webserver",
+                 "test_unwatched", "test_long_units", "test_flight_batching", "test_switches", "test_embedding_trunk",
+                 "test_section_lock", "test_batch_invariance", "test_dev", "test_nothing_worse",
+                 "test_sample_partition"]
 
 
 def suite_group(nodeid: str) -> str:
@@ -54,8 +54,8 @@ def suite_group(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist (`make test` runs two workers): whole groups to a worker, in the collection's order (longest
-    first), not xdist's own reordering by the number of tests."""
+    """pytest-xdist (`make test` runs three workers, `make test-fast` two): whole groups to a worker, in the
+    collection's order (longest first), not xdist's own reordering by the number of tests."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByGroup(LoadScopeScheduling):

@@ -3,8 +3,10 @@
 `local`: local folders and the SQLite instance (the embedded default). `s3-postgres`: source and storage on a
 real S3 API (moto on loopback), the instance on a real PostgreSQL 15 server on loopback configured as the Helm
 chart configures it, every process of a run in its own empty temp dir, HOME and lock dir (tests/deployments.py).
-Runs are launched as processes (`execute_job`, one process per step, the shipped pool limit), killed with
-SIGKILL for real, and re-executed from failure as the instance's run retries do.
+Runs are launched as processes (`execute_job`, the shipped pool limit), killed with SIGKILL for real, and
+re-executed from failure as the instance's run retries do. A step killed on its own and two GPU steps at a time
+need a process per step; where only the run's process is killed, or runs follow one another, the steps run in
+the run's own process (`in_process=True`, tests/deployments.py).
 
 The sample partition runs with every unit in a flight of its own and at most 90 audio seconds per shard (two
 flights, two flights, one flight), so each run has 3 shard steps (the kill cases: 75 s, 4 shard steps of one, one,
@@ -183,12 +185,14 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     ended, the last shards never started), re-executed from failure: Dagster reruns at most the shard steps that
     had started (never those that had not); the listing step after the shards runs again and gives each shard
     whose step never started a leftover GPU step of its own, so the day is whole and no flight is processed twice.
-    (Here, one GPU step at a time: no shard step reruns. On S3 + PostgreSQL, a pool of two: the second shard,
-    interrupted, reruns beside the leftover steps.)
+    (Locally, the steps in the run's own process, one at a time. On S3 + PostgreSQL, a process per step and a
+    pool of two: the second shard, interrupted, reruns beside the leftover steps.)
 
     Over 60 s here: a run killed for real and its re-execution from failure.
     """
-    dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=KILLED)
+    steps_in_process = deployment.name == "local"  # S3 + PostgreSQL: a process per step, two GPU steps at a time
+    dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=KILLED,
+                                in_process=steps_in_process)
     committed = len(_commits(deployment))
     assert 1 <= committed < 5, committed
     if deployment.name == "s3-postgres":  # the chart's instance relaunches it, as below
@@ -257,7 +261,7 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     """
     _, expected = sample_run
     with refusing_writes(deployment, f"transcripts/{P2}"):
-        failed = deployment.run(partition=P, last=P2)
+        failed = deployment.run(partition=P, last=P2, in_process=True)
     assert not failed["success"]
     if deployment.name == "s3-postgres":  # the chart's instance retries runs whose steps failed, not a refused one
         assert not _retried_by_the_instance(deployment, failed["run_id"])
@@ -278,7 +282,7 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     asked = _late_tick(deployment)
     [request] = asked.run_requests
     assert request.partition_key == P and request.run_config["ops"]["gpu_section"]["config"]["units"] == [LATE]
-    late = deployment.run(partition=P, run_config=request.run_config)
+    late = deployment.run(partition=P, run_config=request.run_config, in_process=True)
     assert late["success"], late["log"].read_text()[-5000:]
     after = tables_of(deployment.storage)
     ids = dict(zip(*deployment.storage.read_parquet("fetched_audio", P, "manifest")
@@ -335,11 +339,12 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
     """
     source = deployment.work / "source" / P / "calls" / "2026"
     late = source / "a_late_upload.ogg"  # sorts first: the old flight-0000 (interview.ogg) is now this unit's
-    dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=SHARDED)
+    dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=SHARDED,
+                                in_process=True)
     shutil.copy(source / "interview.ogg", late)
     try:
         replan = deployment.run(partition=P, run_config={"ops": FLIGHTS_OF_ONE},
-                                assets=["fetched_audio", "prepared_flights"])
+                                assets=["fetched_audio", "prepared_flights"], in_process=True)
         assert replan["success"], replan["log"].read_text()[-5000:]
         answer = deployment.run(reexecute_from=dead)
     finally:
@@ -375,7 +380,7 @@ def test_a_resume_after_the_asr_routing_changed_redoes_every_commit(deployment):
     settings (a redeploy).
     """
     dead = deployment.kill_when(lambda: len(_commits(deployment, P2)) >= 1, partition=P2,
-                                run_config={"ops": FLIGHTS_OF_ONE})
+                                run_config={"ops": FLIGHTS_OF_ONE}, in_process=True)
     committed = len(_commits(deployment, P2))
     routing = "builtin,en=builtin:tiny-tdt-de"
     answer = deployment.run(reexecute_from=dead, env={"BATCH_ASSETS_ASR_MODELS": routing})

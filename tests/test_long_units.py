@@ -395,14 +395,15 @@ def test_units_shorter_than_the_window_get_the_rows_they_always_got(windowed_run
 
 @pytest.mark.e2e
 def test_a_kill_mid_unit_resumes_from_the_last_committed_window(tmp_path_factory, long_source, windowed_run):
-    """Over 60 s here: a windowed unit's run killed for real mid-unit and its re-execution, real processes."""
+    """A windowed unit's run killed for real mid-unit (its process, the steps in it) and its re-execution."""
     deployment = deployments.local(tmp_path_factory.mktemp("long-kill"), long_source[0])
     work = deployment.storage.filesystem(deployment.storage.url(f"gpu_work/{LONG_DAY}"))[1]
 
     def commits() -> list[str]:
         return sorted(p.name for p in pathlib.Path(work).rglob("*.commit.json"))
 
-    dead = deployment.kill_when(lambda: sum("-w" in c for c in commits()) >= 2, partition=LONG_DAY, run_config=WINDOWED)
+    dead = deployment.kill_when(lambda: sum("-w" in c for c in commits()) >= 2, partition=LONG_DAY, run_config=WINDOWED,
+                                in_process=True)
     committed = commits()
     windows_done = [c for c in committed if "-w" in c]
     assert 2 <= len(windows_done) < 4, committed  # killed inside the long unit

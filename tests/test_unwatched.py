@@ -7,9 +7,9 @@ transcribed beside the day's other units, unchanged, once; a run refused by a gu
 and partition; a day never published fails its freshness check, and the miss is posted. Then the daemon is
 restarted, and asks for nothing again.
 
-Over 60 s here (about 100 s), on purpose: the daemon and the runs it launches (a process per step,
-as a deployment's) are what is tested, so nothing here can run in process; the day is two short units, and one
-daemon session shows every case.
+Over 60 s here, on purpose: the daemon and the run it launches (a process per step, as a deployment's) are what
+is tested, so that run cannot run in process; the day is two short units, the two runs the test launches itself
+(the day's and the refused one) run their steps in their own process, and one daemon session shows every case.
 """
 
 from __future__ import annotations
@@ -81,11 +81,12 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
             instance.get_runs(limit=1)
         daemon = _start_daemon(deployment, log)
         try:
-            day = deployment.run(partition=P)  # the day's run, as the schedule launches it
+            day = deployment.run(partition=P, in_process=True)  # the day's run (the schedule's, run at once)
             assert day["success"], day["log"].read_text()[-5000:]
             before = tables_of(deployment.storage)
             _wait(lambda: _ticks(log, "alert_failed_runs"), 120, "the failed-run sensor's first tick", log)
-            refused = deployment.run(partition=P, run_config={"ops": {"gpu_section": {"config": {"language": "xx"}}}})
+            refused = deployment.run(partition=P, run_config={"ops": {"gpu_section": {"config": {"language": "xx"}}}},
+                                     in_process=True)
             assert not refused["success"]
 
             (source / P / LATE).parent.mkdir()

@@ -1,8 +1,9 @@
 """The real thing an operator uses: `dagster dev` (webserver + daemon) on 127.0.0.1, driven over GraphQL.
 
 One partition is launched through dagster's own GraphQL client (`submit_job_execution`, the job the
-schedule uses), and a two-partition asset backfill through the same client's GraphQL transport (the
-mutation the UI's "Materialize selected / backfill" sends). The daemon turns the backfill into runs under
+schedule uses, its steps in the run's process: the launch is what is tested), and a two-partition asset
+backfill through the same client's GraphQL transport (the mutation the UI's "Materialize selected / backfill"
+sends, a process per step as a deployment runs it). The daemon turns the backfill into runs under
 the assets' BackfillPolicy: one run carries both partitions. Every run must succeed and every partition's
 tables must exist. The launch depended on the hash seed once: under two more seeds the backfill is launched
 (and must be accepted) without running it again.
@@ -24,6 +25,7 @@ from dagster_graphql import DagsterGraphQLClient
 
 from batch_assets.storage.resource import REPO_ROOT
 
+from .deployments import IN_PROCESS
 from .partition_sources import make_source
 from .servers import free_port, wait_for_webserver
 
@@ -121,7 +123,7 @@ def _launch_backfill(client: DagsterGraphQLClient) -> str:
 
 def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(tmp_path, lock_dir):
     """Over 60 s here: `dagster dev` (webserver, daemon, code server) and the two runs it launches from the UI's
-    GraphQL calls, a process per step, as a deployment launches them; the launch path is what is tested."""
+    GraphQL calls (the backfill's a process per step, as a deployment runs it); the launch path is what is tested."""
     with dagster_dev(tmp_path, lock_dir, seed="1") as (client, storage, log):  # the seed that once refused it
         _launch_and_run(client, storage, log)
 
@@ -134,7 +136,8 @@ def test_the_ui_backfill_launches_whatever_the_hash_seed(tmp_path, lock_dir, see
 
 def _launch_and_run(client: DagsterGraphQLClient, storage: pathlib.Path, log: pathlib.Path) -> None:
     # both launched at once: the run goes while the backfill waits for the daemon's next tick (30 s)
-    run_id = client.submit_job_execution("transcribe_partition", tags={"dagster/partition": "2026-02-01"})
+    run_id = client.submit_job_execution("transcribe_partition", tags={"dagster/partition": "2026-02-01"},
+                                         run_config={"execution": IN_PROCESS})  # steps in its process
     backfill_id = _launch_backfill(client)
     assert _wait_for_run(client, run_id) == "SUCCESS", log.read_text()[-4000:]
     assert _tables_exist(storage, "2026-02-01")

@@ -174,6 +174,14 @@ class StorageResource(dg.ConfigurableResource):
     def read_array(self, url: str) -> np.ndarray:
         return np.load(io.BytesIO(self.read_bytes(url)), allow_pickle=False)
 
+    def size(self, url: str) -> int:
+        """A file's size as the store has it now, never from a listing this process cached (FileNotFoundError when
+        it does not exist). s3fs keeps a listing's sizes per filesystem instance, and fsspec keeps an instance per
+        thread: a write from another thread, or from an earlier step of an in-process run, leaves an older size
+        there (a commit then looked cut off)."""
+        fs, path = self.filesystem(url)
+        return fs.info(path, refresh=True)["size"]
+
     def read_bytes(self, url: str) -> bytes:
         """A whole file's bytes (FileNotFoundError when it does not exist), in one request on an object store: one
         version of the object, even while another writer replaces it (s3fs's `open` sends a HEAD, then ranged GETs

@@ -135,10 +135,9 @@ class FlightCommits:
         if differences := self.identity.differences(record.get("identity")):
             return f"{ANOTHER_DEPLOYMENT} ({'; '.join(differences)})"
         for url, size in record["files"].items():
-            fs, path = self.storage.filesystem(url)
             try:
-                if fs.size(path) != size:
-                    return f"commit cut off ({url} has {fs.size(path)} bytes, {size} recorded)"
+                if (found := self.storage.size(url)) != size:
+                    return f"commit cut off ({url} has {found} bytes, {size} recorded)"
             except FileNotFoundError:
                 return f"commit cut off ({url} is missing)"
         self._valid[flight_id] = record
@@ -151,8 +150,7 @@ class FlightCommits:
         files: dict[str, int] = {}
 
         def track(url: str) -> str:
-            fs, path = self.storage.filesystem(url)
-            files[url] = fs.size(path)
+            files[url] = self.storage.size(url)
             return url
 
         def write_scores(unit_id, array) -> str:
