@@ -105,9 +105,12 @@ class Deployment:
               **args) -> tuple[subprocess.Popen, pathlib.Path]:
         """Launch one run as a process (`tests/driver.py`), with `env` over the deployment's variables (a redeploy);
         returns it and its log. `in_process`: its steps in its own process, not one process each. A re-execution
-        takes its parent's run config, executor config included."""
+        takes its parent's run config, executor config included, unless `in_process` says otherwise."""
         execution = IN_PROCESS if in_process else self.execution
-        if execution is not None and not args.get("reexecute_from"):
+        if args.get("reexecute_from"):
+            if in_process:
+                args["execution"] = IN_PROCESS
+        elif execution is not None:
             args["run_config"] = (args.get("run_config") or {}) | {"execution": execution}
         log = self.work / f"run-{time.monotonic_ns()}.log"
         process = subprocess.Popen([sys.executable, "-m", "tests.driver", json.dumps(args)], cwd=REPO_ROOT,
@@ -118,13 +121,14 @@ class Deployment:
     def run(self, timeout_s: float = 900, **args) -> dict:
         """Run to the end; returns the driver's answer (run_id, success, wall_s). After a successful run, every
         `.npy` in the storage loads."""
-        answer = self._answer(*self.start(**args), timeout_s)
+        answer = self.finish(*self.start(**args), timeout_s)
         if answer.get("success"):
             assert_arrays_load(self.storage)
         return answer
 
     @staticmethod
-    def _answer(process: subprocess.Popen, log: pathlib.Path, timeout_s: float) -> dict:
+    def finish(process: subprocess.Popen, log: pathlib.Path, timeout_s: float = 900) -> dict:
+        """Wait for a run `start` launched; returns the driver's answer (run_id, success, wall_s) and its log."""
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -159,7 +163,7 @@ class Deployment:
                         except ProcessLookupError:  # it ended just now
                             continue
                         taken = snapshot()
-                        return self._answer(process, log, timeout_s), event.step_key, taken
+                        return self.finish(process, log, timeout_s), event.step_key, taken
             time.sleep(0.05)
 
     def kill_when(self, condition: Callable[[], bool], timeout_s: float = 600, **args) -> str:

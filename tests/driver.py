@@ -3,7 +3,8 @@
 `python -m tests.driver '{"partition": "2026-01-15"}'`; other keys: `last` (a backfill run over a range, as
 the BackfillPolicy makes), `run_config`, `assets` (a subset, e.g. the GPU assets for a `units` rerun) and
 `reexecute_from` (a failed run's id: a re-execution from failure with that run's tags and config, what the
-instance's run retries launch). Prints `DRIVER {"run_id": ..., "success": ..., "wall_s": ...}` last.
+instance's run retries launch; `execution`, another executor config for it). Prints
+`DRIVER {"run_id": ..., "success": ..., "wall_s": ...}` last.
 """
 
 import json
@@ -21,7 +22,8 @@ def main(args: dict) -> int:
     if args.get("reexecute_from"):
         parent = instance.get_run_by_id(args["reexecute_from"])
         options, tags, run_config = (dg.ReexecutionOptions.from_failure(parent.run_id, instance), parent.tags,
-                                     parent.run_config)
+                                     parent.run_config | ({"execution": args["execution"]} if args.get("execution")
+                                                          else {}))
     elif args.get("last"):
         tags = {"dagster/asset_partition_range_start": args["partition"],
                 "dagster/asset_partition_range_end": args["last"]}

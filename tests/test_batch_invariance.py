@@ -40,7 +40,7 @@ def audio() -> dict[str, np.ndarray]:
 def _segments(audio: dict[str, np.ndarray]) -> tuple[list[Segment], list[Segment]]:
     """Unit a's segments (6 s and 3.3 s), and companions from b and c: longer, shorter, one of 1 s."""
     unit = [Segment("a", 0.0, 6.0), Segment("a", 6.5, 9.8)]
-    others = [Segment("b", 0.0, 12.0), Segment("c", 1.0, 4.0), Segment("c", 4.0, 5.0), Segment("c", 5.0, 15.0)]
+    others = [Segment("b", 0.0, 8.0), Segment("c", 1.0, 4.0), Segment("c", 4.0, 5.0), Segment("c", 5.0, 12.0)]
     return unit, others
 
 

@@ -185,10 +185,12 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     ended, the last shards never started), re-executed from failure: Dagster reruns at most the shard steps that
     had started (never those that had not); the listing step after the shards runs again and gives each shard
     whose step never started a leftover GPU step of its own, so the day is whole and no flight is processed twice.
-    (Locally, the steps in the run's own process, one at a time. On S3 + PostgreSQL, a process per step and a
-    pool of two: the second shard, interrupted, reruns beside the leftover steps.)
+    (Locally, the steps in the run's own process, one at a time. On S3 + PostgreSQL, the killed run has a process
+    per step and a pool of two, so the second shard may be interrupted too: it reruns with the leftover steps. The
+    re-execution runs its steps in its own process: which steps it runs is Dagster's plan, whatever the executor.)
 
-    Over 60 s here: a run killed for real and its re-execution from failure.
+    Over 60 s here on S3 + PostgreSQL: a run killed for real, with a process per step and two GPU steps at a time,
+    and its re-execution from failure.
     """
     steps_in_process = deployment.name == "local"  # S3 + PostgreSQL: a process per step, two GPU steps at a time
     dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=KILLED,
@@ -198,7 +200,7 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     if deployment.name == "s3-postgres":  # the chart's instance relaunches it, as below
         assert _retried_by_the_instance(deployment, dead)
     # re-executed after a redeploy that switched an exact lever off: it changes no result, so no commit is redone
-    answer = deployment.run(reexecute_from=dead, env={EXACT_LEVER.env_var: "false"})
+    answer = deployment.run(reexecute_from=dead, env={EXACT_LEVER.env_var: "false"}, in_process=True)
     assert answer["success"], answer["log"].read_text()[-5000:]
     shards = plan_shards([(f.flight_id, f.audio_s) for f in read_planned_flights(deployment.storage, P)],
                          KILLED_SHARD_S)
@@ -256,8 +258,8 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     object lands in the first day: the late-audio sensor asks for a run of just its unit, which gets the rows its
     original got in a flight with others, every other row kept (issues 56, 57).
 
-    Over 60 s here: a two-partition run, its re-execution and the late run,
-    each real processes on the deployment; the failure and the resume are between processes.
+    Over 60 s here on S3 + PostgreSQL: a two-partition run, its re-execution and the late run, each a process of
+    its own on the deployment; the failure and the resume are between processes.
     """
     _, expected = sample_run
     with refusing_writes(deployment, f"transcripts/{P2}"):
@@ -333,9 +335,8 @@ def _late_tick(deployment, cursor: str | None = None):
 # not depend on the storage, and the late upload lands in the local source
 def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_one):
     """Why 5 of issue 20: between the kill and the re-execution, a late upload rematerialized `prepared_flights`
-    (every flight id now holds another unit). Commits made for the old plan are redone, never mixed in.
-
-    Over 60 s here: a run killed for real, a re-plan run and the re-execution, each real processes.
+    (every flight id now holds another unit). Commits made for the old plan are redone, never mixed in. (A run
+    killed for real, a re-plan run and the re-execution: three processes, each running its steps in itself.)
     """
     source = deployment.work / "source" / P / "calls" / "2026"
     late = source / "a_late_upload.ogg"  # sorts first: the old flight-0000 (interview.ogg) is now this unit's
@@ -376,8 +377,8 @@ def test_a_resume_after_the_asr_routing_changed_redoes_every_commit(deployment):
     re-execution reruns its step. A commit the listing finds under another deployment becomes a leftover flight
     like any other without a valid commit: test_shards pins the rule, the kill case above the listing.)
 
-    Over 60 s here: a run killed for real and its re-execution under other
-    settings (a redeploy).
+    A run killed for real and its re-execution under other settings (a redeploy), each running its steps in
+    itself.
     """
     dead = deployment.kill_when(lambda: len(_commits(deployment, P2)) >= 1, partition=P2,
                                 run_config={"ops": FLIGHTS_OF_ONE}, in_process=True)
