@@ -1,9 +1,10 @@
 """The real thing an operator uses: `dagster dev` (webserver + daemon) on 127.0.0.1, driven over GraphQL.
 
 One partition is launched through dagster's own GraphQL client (`submit_job_execution`, the job the
-schedule uses, its steps in the run's process: the launch is what is tested), and a two-partition asset
-backfill through the same client's GraphQL transport (the mutation the UI's "Materialize selected / backfill"
-sends, a process per step as a deployment runs it). The daemon turns the backfill into runs under
+schedule uses), and a two-partition asset backfill through the same client's GraphQL transport (the
+mutation the UI's "Materialize selected / backfill" sends). Both carry the launchpad's config for running
+the steps in the run's process: the launch is what is tested (the daemon's runs with a process per step:
+tests/test_unwatched.py). The daemon turns the backfill into runs under
 the assets' BackfillPolicy: one run carries both partitions. Every run must succeed and every partition's
 tables must exist. The launch depended on the hash seed once: under two more seeds the backfill is launched
 (and must be accepted) without running it again.
@@ -115,15 +116,15 @@ def _tables_exist(storage: pathlib.Path, partition: str) -> bool:
 
 def _launch_backfill(client: DagsterGraphQLClient) -> str:
     params = {"partitionNames": ["2026-02-02", "2026-02-03"], "assetSelection": [{"path": [a]} for a in ASSETS],
-              "title": "test backfill"}
+              "title": "test backfill", "runConfigData": {"execution": IN_PROCESS}}  # the launchpad's config
     launched = client._execute(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     assert launched["__typename"] == "LaunchBackfillSuccess", launched
     return launched["backfillId"]
 
 
 def test_launch_one_partition_and_a_two_partition_backfill_over_graphql(tmp_path, lock_dir):
-    """Over 60 s here: `dagster dev` (webserver, daemon, code server) and the two runs it launches from the UI's
-    GraphQL calls (the backfill's a process per step, as a deployment runs it); the launch path is what is tested."""
+    """Over 60 s here: `dagster dev` (webserver, daemon, code server), the daemon's 30 s between backfill ticks
+    and the two runs it launches from the UI's GraphQL calls; the launch path is what is tested."""
     with dagster_dev(tmp_path, lock_dir, seed="1") as (client, storage, log):  # the seed that once refused it
         _launch_and_run(client, storage, log)
 
