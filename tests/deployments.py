@@ -106,12 +106,9 @@ class Deployment:
         """Launch one run as a process (`tests/driver.py`), with `env` over the deployment's variables (a redeploy);
         returns it and its log. `in_process`: its steps in its own process, not one process each. A re-execution
         takes its parent's run config, executor config included, unless `in_process` says otherwise."""
-        execution = IN_PROCESS if in_process else self.execution
-        if args.get("reexecute_from"):
-            if in_process:
-                args["execution"] = IN_PROCESS
-        elif execution is not None:
-            args["run_config"] = (args.get("run_config") or {}) | {"execution": execution}
+        execution = IN_PROCESS if in_process else None if args.get("reexecute_from") else self.execution
+        if execution is not None:
+            args["execution"] = execution
         log = self.work / f"run-{time.monotonic_ns()}.log"
         process = subprocess.Popen([sys.executable, "-m", "tests.driver", json.dumps(args)], cwd=REPO_ROOT,
                                    env=os.environ | self.env | (env or {}), stdout=log.open("w"),

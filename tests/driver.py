@@ -1,10 +1,10 @@
 """One run of `transcribe_partition` as a process, the way a run worker runs it (tests/deployments.py launches it).
 
 `python -m tests.driver '{"partition": "2026-01-15"}'`; other keys: `last` (a backfill run over a range, as
-the BackfillPolicy makes), `run_config`, `assets` (a subset, e.g. the GPU assets for a `units` rerun) and
+the BackfillPolicy makes), `run_config`, `assets` (a subset, e.g. the GPU assets for a `units` rerun),
 `reexecute_from` (a failed run's id: a re-execution from failure with that run's tags and config, what the
-instance's run retries launch; `execution`, another executor config for it). Prints
-`DRIVER {"run_id": ..., "success": ..., "wall_s": ...}` last.
+instance's run retries launch) and `execution` (the executor config, over the run config's or the parent's).
+Prints `DRIVER {"run_id": ..., "success": ..., "wall_s": ...}` last.
 """
 
 import json
@@ -22,13 +22,14 @@ def main(args: dict) -> int:
     if args.get("reexecute_from"):
         parent = instance.get_run_by_id(args["reexecute_from"])
         options, tags, run_config = (dg.ReexecutionOptions.from_failure(parent.run_id, instance), parent.tags,
-                                     parent.run_config | ({"execution": args["execution"]} if args.get("execution")
-                                                          else {}))
+                                     parent.run_config)
     elif args.get("last"):
         tags = {"dagster/asset_partition_range_start": args["partition"],
                 "dagster/asset_partition_range_end": args["last"]}
     else:
         tags = {"dagster/partition": args["partition"]}
+    if args.get("execution"):
+        run_config = (run_config or {}) | {"execution": args["execution"]}
     assets = [dg.AssetKey(key) for key in args["assets"]] if args.get("assets") else None
     started = time.perf_counter()
     result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags,
