@@ -8,11 +8,10 @@
   steps share nothing but the storage, as pods do.
 
 Runs are real processes (`tests/driver.py`: `execute_job` on the instance, one process per step), so they can be
-killed for real. On `local` the step processes are forked from a forkserver that has imported the code location and
-the model libraries once per run (Dagster's multiprocess executor, `start_method: forkserver`): each step then
-starts in a fraction of a second instead of importing NeMo and pyannote again (~14 s a GPU step here), with the
-same step code, the same fresh state per step and the same kills. `s3-postgres` keeps Dagster's default, a fresh
-interpreter per step, as a pod has.
+killed for real. On `local` the step processes are forked from a forkserver, as the shipped executor forks them
+(`orchestration/executor.py`), whose preload here adds the model libraries: the sample's runs have 3 or 4 GPU steps,
+each of which would import NeMo and pyannote again (~14 s a GPU step here). `s3-postgres` spawns a fresh interpreter
+per step, as a pod has (`k8s_job_executor` there).
 
 A test whose boundary is the run's process, not its steps' (a run killed whole, a failed run and its
 re-execution, a late run), asks for `in_process=True`: the run's steps in the run's own process (Dagster's
@@ -36,17 +35,20 @@ from collections.abc import Callable
 import dagster as dg
 import yaml
 
+from batch_assets.orchestration.executor import FORKSERVER_PRELOAD
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import TORCH_THREADS
 from .published_arrays import assert_arrays_load
 
 ISOLATED = pathlib.Path(__file__).resolve().parent / "isolated"
-# what a local run's step processes are forked from: the code location and everything a GPU step imports
+# what a local run's step processes are forked from: what the shipped executor preloads and everything a GPU step
+# imports
 FORKSERVER = {"config": {"multiprocess": {"start_method": {"forkserver": {"preload_modules": [
-    "batch_assets.definitions", "batch_assets.gpu.steps.shard_work", "batch_assets.gpu.section.runner",
-    "batch_assets.gpu.section.loaded",
-    "batch_assets.models.loaders", "nemo.collections.asr", "pyannote.audio"]}}}}}
+    *FORKSERVER_PRELOAD, "batch_assets.gpu.steps.shard_work", "batch_assets.gpu.section.runner",
+    "batch_assets.gpu.section.loaded", "batch_assets.models.loaders", "nemo.collections.asr", "pyannote.audio"]}}}}}
+# a fresh interpreter per step, as a step pod is (s3-postgres)
+SPAWNED = {"config": {"multiprocess": {"start_method": {"spawn": {}}}}}
 VALUES = yaml.safe_load((REPO_ROOT / "k8s" / "values.yaml").read_text())
 # the steps in the run's own process, for a test whose boundary is the run's process (Deployment.start)
 IN_PROCESS = {"config": {"in_process": {}}}
@@ -227,4 +229,4 @@ def s3_postgres(work: pathlib.Path, s3, postgres, bucket_prefix: str, sample: pa
            "BATCH_ASSETS_DEVICE": "cpu", "BATCH_ASSETS_TORCH_THREADS": str(TORCH_THREADS), "PYTHONWARNINGS": "ignore",
            **RETRY_AT_ONCE, "PYTHONPATH": os.pathsep.join([str(ISOLATED), str(REPO_ROOT)]),
            "BATCH_ASSETS_TEST_PROCESS_ROOT": str(work / "processes")}
-    return Deployment("s3-postgres", home, env, storage, work)
+    return Deployment("s3-postgres", home, env, storage, work, execution=SPAWNED)

@@ -229,13 +229,24 @@ def test_helm_values_match_the_code():
 
 
 def test_k8s_executor_is_selected_by_env():
+    """`k8s`: dagster-k8s's executor. Unset: Dagster's default (a run config may choose `in_process`), its step
+    processes forked from a forkserver unless the run config names a start method."""
     from dagster_k8s import k8s_job_executor
 
-    from batch_assets.orchestration.executor import executor_for
+    from batch_assets.orchestration.executor import FORKSERVER_PRELOAD, executor_for
     from batch_assets.settings import Settings
 
     assert executor_for(Settings.from_env({"BATCH_ASSETS_EXECUTOR": "k8s"})) is k8s_job_executor
-    assert executor_for(Settings.from_env({})) is None
+    local = executor_for(Settings.from_env({}))
+    assert local.name == dg.multi_or_in_process_executor.name
+
+    def resolved(config: dict) -> dict:
+        return local.config_schema.resolve_config({"config": config}).value["config"]
+
+    forked = {"forkserver": {"preload_modules": list(FORKSERVER_PRELOAD)}}
+    assert resolved({"multiprocess": {"max_concurrent": 2}})["multiprocess"]["start_method"] == forked
+    assert resolved({"multiprocess": {"start_method": {"spawn": {}}}})["multiprocess"]["start_method"] == {"spawn": {}}
+    assert list(resolved({"in_process": {}})) == ["in_process"]
     with pytest.raises(ValueError, match="BATCH_ASSETS_EXECUTOR"):
         Settings.from_env({"BATCH_ASSETS_EXECUTOR": "kubernetes please"})
 

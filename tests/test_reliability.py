@@ -359,6 +359,33 @@ def test_the_dagster_adapter_knows_the_pool_claim_it_wraps():
     assert context.claim is dagster_adapter._claim_after_a_nap and dagster_adapter._ORIGINAL == [original]
 
 
+# what opening an instance imports that takes time (SQLAlchemy, Alembic, Dagster's SQL storages)
+HEAVY_STORAGE = ("sqlalchemy", "alembic", "dagster_postgres", "dagster._core.storage.runs",
+                 "dagster._core.storage.event_log", "dagster._core.storage.schedules", "dagster._core.storage.sql")
+
+
+def test_the_forkserver_preload_holds_what_opening_the_instance_imports(tmp_path):
+    """A step process forked from the shipped executor's forkserver opens the instance without importing its
+    storage again (`FORKSERVER_PRELOAD`; multiprocessing skips a preload module that does not import, so a Dagster
+    upgrade that moved them would only cost each step that time again, unseen but here)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(SHIPPED_DAGSTER_YAML, home / "dagster.yaml")
+    probe = (f"STORAGE = {HEAVY_STORAGE!r}\nimport importlib, json, sys\n"
+             "from batch_assets.orchestration.executor import FORKSERVER_PRELOAD\n"
+             "for name in FORKSERVER_PRELOAD:\n    importlib.import_module(name)\n"
+             "before = set(sys.modules)\n"
+             "import dagster as dg\n"
+             f"dg.DagsterInstance.from_config({str(home)!r}).get_runs(limit=1)\n"
+             "print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith(STORAGE))))\n")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                           env=os.environ | {"DAGSTER_HOME": str(home)})
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    imported = json.loads(shown.stdout.splitlines()[-1])
+    assert imported == [], (f"opening the instance imported {len(imported)} modules ({', '.join(imported[:5])}, …): "
+                            "add what imports them to dagster_adapter.INSTANCE_STORAGE_MODULES")
+
+
 def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:  # a live holder: another machine's run
@@ -431,7 +458,10 @@ def test_ctrl_c_at_a_random_moment_or_twice_ends_the_command_holding_nothing(tmp
     _wait_for(tmp_path / "twice.log", GPU_STEP_STARTED, twice)
     # the GPU step frozen (as a step whose interpreter hangs in its finalization): Dagster's own stop cannot end
     started = next(line for line in (tmp_path / "twice.log").read_text().splitlines() if GPU_STEP_STARTED in line)
-    os.kill(int(started.split(" - ")[5]), signal.SIGSTOP)  # Dagster's log line: ... - run id - pid - step - ...
+    gpu_step = int(started.split(" - ")[5])  # Dagster's log line: ... - run id - pid - step - ...
+    forked_by = int(pathlib.Path(f"/proc/{gpu_step}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert "forkserver" in pathlib.Path(f"/proc/{forked_by}/cmdline").read_text()  # the shipped executor's default
+    os.kill(gpu_step, signal.SIGSTOP)
     os.killpg(twice.pid, signal.SIGINT)
     _wait_for(tmp_path / "twice.log", "SIGINT: stopping the run", twice, timeout=10)
     os.killpg(twice.pid, signal.SIGINT)

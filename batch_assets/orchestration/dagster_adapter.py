@@ -1,4 +1,5 @@
-"""Dagster's private reaches in one place: a run's coordinator sleeps while a step waits for a pool slot.
+"""Dagster's private reaches in one place: a run's coordinator sleeps while a step waits for a pool slot, and
+the modules a forked step process would otherwise import to open the instance.
 
 Why: Dagster 1.13.27's multiprocess executor loops over its steps without sleeping while one waits for a `gpu` pool
 slot: `InstanceConcurrencyContext.claim` answers False at once until the claim's next check is due, and the loop
@@ -11,6 +12,11 @@ is installed with the executor (`orchestration/executor.py`), in every process t
 CLI's, a run worker's). It replaces only the function it was written against (`DAGSTER_CLAIM_SHA256`, its source);
 any other leaves Dagster as it is and says so, and `tests/test_reliability.py` fails on the upgrade so that someone
 looks (Dagster may sleep there itself: then drop this).
+
+`INSTANCE_STORAGE_MODULES`: what `DagsterInstance.from_ref` imports for the SQLite and PostgreSQL storages (about
+1.5 s of a step process's CPU here), for the local executor's forkserver to import once per run
+(`orchestration/executor.py`). multiprocessing skips a preload module that does not import, so a Dagster that moved
+them costs only that time again; `tests/test_reliability.py` fails then.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ DAGSTER_VERSION = "1.13.27"
 # sha256 of `inspect.getsource(InstanceConcurrencyContext.claim)` in Dagster 1.13.27
 DAGSTER_CLAIM_SHA256 = "8375daa833c671e54e6ec523809a8e26d6baffd6dbaa01ccfc0d824c06cd7124"
 NAP_S = 0.1
+INSTANCE_STORAGE_MODULES = ("dagster._core.storage.sqlite_storage", "dagster_postgres")
 _log = logging.getLogger(__name__)
 _ORIGINAL: list = []
 
