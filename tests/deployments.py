@@ -28,7 +28,6 @@ import pathlib
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -38,6 +37,7 @@ import yaml
 from batch_assets.orchestration.executor import FORKSERVER_PRELOAD
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
+from . import driver
 from .conftest import TORCH_THREADS
 from .published_arrays import assert_arrays_load
 
@@ -104,7 +104,7 @@ class Deployment:
                     os.environ[key] = value
 
     def start(self, env: dict[str, str] | None = None, in_process: bool = False,
-              **args) -> tuple[subprocess.Popen, pathlib.Path]:
+              **args) -> tuple[driver.Launched, pathlib.Path]:
         """Launch one run as a process (`tests/driver.py`), with `env` over the deployment's variables (a redeploy);
         returns it and its log. `in_process`: its steps in its own process, not one process each. A re-execution
         takes its parent's run config, executor config included, unless `in_process` says otherwise."""
@@ -112,10 +112,7 @@ class Deployment:
         if execution is not None:
             args["execution"] = execution
         log = self.work / f"run-{time.monotonic_ns()}.log"
-        process = subprocess.Popen([sys.executable, "-m", "tests.driver", json.dumps(args)], cwd=REPO_ROOT,
-                                   env=os.environ | self.env | (env or {}), stdout=log.open("w"),
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        return process, log
+        return driver.launch(args, dict(os.environ | self.env | (env or {})), log, REPO_ROOT), log
 
     def run(self, timeout_s: float = 900, **args) -> dict:
         """Run to the end; returns the driver's answer (run_id, success, wall_s). After a successful run, every
@@ -126,7 +123,7 @@ class Deployment:
         return answer
 
     @staticmethod
-    def finish(process: subprocess.Popen, log: pathlib.Path, timeout_s: float = 900) -> dict:
+    def finish(process: driver.Launched, log: pathlib.Path, timeout_s: float = 900) -> dict:
         """Wait for a run `start` launched; returns the driver's answer (run_id, success, wall_s) and its log."""
         try:
             process.wait(timeout=timeout_s)
