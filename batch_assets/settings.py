@@ -163,7 +163,9 @@ class Settings:
     webserver_url: str | None = _variable("BATCH_ASSETS_WEBSERVER_URL", _p(env_str), "none",
                                           "the Dagster UI's address, for the run links in alerts")
     executor: str = _variable("BATCH_ASSETS_EXECUTOR", _p(env_choice, "multiprocess", ("k8s", "multiprocess")),
-                              "`multiprocess`", "`k8s`: one pod per step")
+                              "`multiprocess`",
+                              "`k8s`: one pod per step; `multiprocess`: a process per step, each forked from a "
+                              "forkserver that imported the code location once per run")
     switch_defaults: Mapping[str, bool]  # each switch's deployment default (`switches.SWITCHES`), read-only
     set_variables: frozenset[str] = dataclasses.field(default=frozenset(), repr=False)  # those set, not empty
     padded_variables: frozenset[str] = dataclasses.field(default=frozenset(), repr=False)  # set, with spaces around

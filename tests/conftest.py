@@ -39,9 +39,8 @@ TORCH_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTES
 # them first, so no long group starts last while the other worker idles. A group is a test file (its tests share
 # the file's fixtures); test_deployed is one group per configuration (each builds its own deployment).
 LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_reliability", "test_deployed[local]", "test_webserver",
-                 "test_unwatched", "test_long_units", "test_flight_batching", "test_switches", "test_embedding_trunk",
-                 "test_section_lock", "test_batch_invariance", "test_dev", "test_nothing_worse",
-                 "test_sample_partition"]
+                 "test_unwatched", "test_long_units", "test_switches", "test_embedding_trunk", "test_flight_batching",
+                 "test_nothing_worse", "test_batch_invariance", "test_dev", "test_gate", "test_shards"]
 
 
 def suite_group(nodeid: str) -> str:

@@ -364,6 +364,7 @@ HEAVY_STORAGE = ("sqlalchemy", "alembic", "dagster_postgres", "dagster._core.sto
                  "dagster._core.storage.event_log", "dagster._core.storage.schedules", "dagster._core.storage.sql")
 
 
+@pytest.mark.slow  # a fresh interpreter importing the code location and Dagster's storages
 def test_the_forkserver_preload_holds_what_opening_the_instance_imports(tmp_path):
     """A step process forked from the shipped executor's forkserver opens the instance without importing its
     storage again (`FORKSERVER_PRELOAD`; multiprocessing skips a preload module that does not import, so a Dagster

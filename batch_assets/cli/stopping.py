@@ -1,10 +1,11 @@
 """Ctrl-C that always returns: `batch-assets run` ends within `GRACE_S` + a few seconds of SIGINT or SIGTERM.
 
 Why: the command runs the job in its own process (`dg.execute_job`, Dagster's multiprocess executor: this
-process coordinates, one child process per step). On SIGINT or SIGTERM, Dagster's executor sets each live
-step's termination event and waits for the steps to end. Measured (Dagster 1.13.27): that `term_event.set()`
-can block for ever, on the event's lock, a semaphore shared with the step's child process, held by the child's
-termination-handler thread, a daemon thread frozen while the child's interpreter finalized. A clean-clone CI
+process coordinates, one process per step, forked by the executor's forkserver, a child of this process). On
+SIGINT or SIGTERM, Dagster's executor sets each live step's termination event and waits for the steps to end.
+Measured (Dagster 1.13.27): that `term_event.set()` can block for ever, on the event's lock, a semaphore shared
+with the step's child process, held by the child's termination-handler thread, a daemon thread frozen while the
+child's interpreter finalized. A clean-clone CI
 run once found the command still alive 19 minutes after SIGTERM to its process group; Ctrl-C in a terminal
 sends exactly that, SIGINT to the foreground group.
 
