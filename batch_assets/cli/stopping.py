@@ -5,9 +5,8 @@ process coordinates, one process per step, forked by the executor's forkserver, 
 SIGINT or SIGTERM, Dagster's executor sets each live step's termination event and waits for the steps to end.
 Measured (Dagster 1.13.27): that `term_event.set()` can block for ever, on the event's lock, a semaphore shared
 with the step's child process, held by the child's termination-handler thread, a daemon thread frozen while the
-child's interpreter finalized. A clean-clone CI
-run once found the command still alive 19 minutes after SIGTERM to its process group; Ctrl-C in a terminal
-sends exactly that, SIGINT to the foreground group.
+child's interpreter finalized. A clean-clone CI run once found the command still alive 19 minutes after SIGTERM to
+its process group; Ctrl-C in a terminal sends exactly that, SIGINT to the foreground group.
 
 So a `StopGuard` watches for the signals beside Dagster (through `signal.set_wakeup_fd`, which every Python-level
 handler feeds, Dagster's included, so no handler is replaced) on a thread of its own. The first signal gives
