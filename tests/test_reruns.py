@@ -122,8 +122,8 @@ def test_unit_subset_rerun_recomputes_those_units_and_keeps_the_others(copied):
     assert _rerun(resources, pair["relative_key"].to_list()).success
     again = _tables(storage)
     for key, before in original.items():
-        mine = again[key].filter(pl.col("unit_id").is_in(pair["unit_id"]))
-        theirs = before.filter(pl.col("unit_id").is_in(pair["unit_id"]))
+        mine = again[key].filter(pl.col("unit_id").is_in(pair["unit_id"].implode()))
+        theirs = before.filter(pl.col("unit_id").is_in(pair["unit_id"].implode()))
         drop = [c for c in ("scores_uri", "embedding") if c in mine.columns]
         assert mine.drop(drop).equals(theirs.drop(drop)), key
 

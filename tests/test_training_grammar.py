@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 from batch_assets.models.sentences import ASR_VOCABULARY_WORDS, common_words, outside_vocabulary
 from batch_assets.training.grammar import lexicon, make_grammar_sentences
@@ -66,3 +69,32 @@ def test_each_training_language_has_its_words_and_speaking_voices():
     assert new_words and all(re.fullmatch(r"[\u3041-\u3096]{2,}", w) for w in new_words)
     assert {"ñ", "á"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "es")))
     assert {"ü", "ß", "ä"} & set("".join(common_words(ASR_VOCABULARY_WORDS, "de")))
+
+
+SYNTHESIZE_AFTER_DAGSTER = """
+import signal, sys
+from dagster._utils.interrupts import capture_interrupts
+with capture_interrupts():  # what every in-process Dagster execution does to its process's handlers
+    pass
+assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler, signal.getsignal(signal.SIGTERM)
+from batch_assets.training.corpus import VOICES, synthesize
+for seed in range(25):
+    spoken = synthesize(["hello world", "good morning"] * 3, list(VOICES["en"].held_out), seed=seed)
+    assert len(spoken) == 6
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter, 25 worker pools
+def test_speech_synthesis_ends_its_worker_pool_in_a_process_that_ran_dagster():
+    """A make test-fast run hung for ever in `synthesize`: a test worker that had run Dagster in process has SIGTERM
+    raising KeyboardInterrupt, its forked pool workers inherited that, and `Pool.terminate`'s SIGTERM raised inside
+    an idle worker holding the task queue's lock (before the fix: KeyboardInterrupt tracebacks, then a hang within
+    25 pools, measured here). Now the workers end by a close, with default signal handlers."""
+    try:
+        shown = subprocess.run([sys.executable, "-c", SYNTHESIZE_AFTER_DAGSTER], capture_output=True, text=True,
+                               timeout=120)
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError(f"the worker pool hung: {(hung.stderr or b'')[-2000:]!r}") from None
+    assert shown.returncode == 0 and "done" in shown.stdout, shown.stderr[-3000:]
+    assert "KeyboardInterrupt" not in shown.stderr, shown.stderr[-3000:]

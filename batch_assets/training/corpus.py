@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import signal
 import subprocess
 import tempfile
 
@@ -80,6 +81,29 @@ def _synthesize(job: tuple[str, str, int, int, int, float]) -> Utterance:
     return Utterance(text, voice, audio.astype(np.float32))
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def pool_map(function, jobs: list, processes: int) -> list:
+    """`multiprocessing.Pool.map` over `jobs`, its workers ended by a clean close, each with SIGINT and SIGTERM at
+    their defaults. Why: forked workers inherit their parent's Python-level signal handlers, and a process that ran
+    Dagster in process has SIGTERM raising KeyboardInterrupt (Dagster's interrupt handling leaves it so); the SIGTERM
+    with which `Pool.terminate` (a `with Pool()` block's end) stops idle workers then raised inside them, and a
+    pool hung for ever (seen in a test run: `tests/test_training_grammar.py`)."""
+    pool = multiprocessing.Pool(processes, initializer=_default_signals)
+    try:
+        results = pool.map(function, jobs, chunksize=16)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return results
+
+
 def synthesize(sentences: list[str], voices: list[str], seed: int, processes: int = 2,
                language: str = "en", pad_s: float = 0.0) -> list[Utterance]:
     """Each sentence spoken by one of `voices` (seeded); `pad_s`: up to that much quiet room (the background noise
@@ -95,8 +119,7 @@ def synthesize(sentences: list[str], voices: list[str], seed: int, processes: in
     unspaced = language in UNSPACED
     if unspaced:  # spoken with or without its spaces, half each (drawn after the voices: their draw is unchanged)
         jobs = [(written(text, language) if rng.random() < 0.5 else text, *rest) for text, *rest in jobs]
-    with multiprocessing.Pool(processes) as pool:
-        utterances = pool.map(_synthesize, jobs, chunksize=16)
+    utterances = pool_map(_synthesize, jobs, processes)
     if unspaced:
         utterances = [dataclasses.replace(u, text=written(u.text, language)) for u in utterances]
     return utterances

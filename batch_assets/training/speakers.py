@@ -8,12 +8,11 @@ overlapping speech; the turns are exact because we place every utterance ourselv
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 
 import numpy as np
 
 from batch_assets.models.sentences import make_sentences
-from batch_assets.training.corpus import RATE, speak
+from batch_assets.training.corpus import RATE, pool_map, speak
 
 ACCENTS = ["en-us", "en-gb", "en-gb-x-rp", "en-029", "en", "en-gb-scotland", "en-us-nyc", "en-gb-x-gbclan",
            "en-gb-x-gbcwmd"]
@@ -46,8 +45,7 @@ def utterance_pool(speakers: list[Speaker], per_speaker: int, rng: np.random.Gen
                    processes: int = 2) -> dict[str, list[np.ndarray]]:
     sentences = make_sentences(len(speakers) * per_speaker, rng, lengths=(3, 10))
     jobs = [(sentences[i * per_speaker + j], s) for i, s in enumerate(speakers) for j in range(per_speaker)]
-    with multiprocessing.Pool(processes) as pool:
-        clips = pool.map(_speak, jobs, chunksize=16)
+    clips = pool_map(_speak, jobs, processes)
     pool_by_speaker: dict[str, list[np.ndarray]] = {s.name: [] for s in speakers}
     for (_, speaker), clip in zip(jobs, clips, strict=True):
         pool_by_speaker[speaker.name].append(clip.astype(np.float32))
