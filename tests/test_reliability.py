@@ -387,6 +387,7 @@ def test_the_forkserver_preload_holds_what_opening_the_instance_imports(tmp_path
                             "add what imports them to dagster_adapter.INSTANCE_STORAGE_MODULES")
 
 
+@pytest.mark.e2e  # a `batch-assets run`
 def test_sigterm_stops_a_run_waiting_for_the_gpu_pool(tmp_path):
     env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:  # a live holder: another machine's run
