@@ -47,7 +47,8 @@ def section_run(tmp_path_factory, lock_dir, sample_run, config: dict):
 
 @pytest.fixture(scope="module")
 def variant_runs(tmp_path_factory, lock_dir, sample_run):
-    """Each variant's GPU section."""
+    """Each variant's GPU section. Over 60 s here (the first test's setup): seven in-process GPU sections of the
+    sample, each exact lever alone off and all off; each off path against the same tables is what is tested."""
     return {name: section_run(tmp_path_factory, lock_dir, sample_run, switches)
             for name, switches in VARIANTS.items()}
 
