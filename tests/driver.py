@@ -36,10 +36,6 @@ class Launched:
     def __init__(self, process: multiprocessing.process.BaseProcess, args: dict):
         self._process, self.args, self.pid = process, args, process.pid
 
-    @property
-    def returncode(self) -> int | None:
-        return self._process.exitcode
-
     def poll(self) -> int | None:
         return self._process.exitcode
 
