@@ -32,9 +32,9 @@ def flight(seconds: float):
     import numpy as np
     import soundfile as sf
 
-    from batch_assets.audio.decode import to_target
     from batch_assets.gpu.asr.transcribe import Segment
     from batch_assets.long_units.long_audio import sample_audio_paths
+    from batch_assets.source.decode import to_target
 
     audio, segments, rng = {}, [], np.random.default_rng(56)
     for index, path in enumerate(sample_audio_paths(speech_only=True)):

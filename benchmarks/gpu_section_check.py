@@ -21,7 +21,7 @@ import time
 import numpy as np
 import soundfile as sf
 
-from batch_assets.audio.decode import to_target
+from batch_assets.source.decode import to_target
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

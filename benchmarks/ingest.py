@@ -2,7 +2,7 @@
 header bytes the listing read, and peak memory, for a 1-audio-hour and a 4-audio-hour partition.
 
 Since issue 55 these steps read headers and plan, no audio is decoded before the GPU steps (which fetch and decode
-their own flights: `ingest/flight_audio.py`), so both should stay seconds, and flat in memory, as the day grows
+their own flights: `source/flight_audio.py`), so both should stay seconds, and flat in memory, as the day grows
 (`benchmarks/streaming.py` measures the path end to end, and the decode's CPU cost per format).
 
 Generates partitions of real speech (the sample dialogue, tiled) in mixed formats: 16 kHz mono WAV and

@@ -37,21 +37,21 @@ def keys(n: int) -> list[str]:
 def manifest_of(listed: dict) -> pl.DataFrame:
     """A manifest holding exactly the listed objects, as `fetched_audio` would have recorded them."""
     rels = sorted(listed)
-    return pl.DataFrame([{"unit_id": uid, "relative_key": rel, "bytes": listed[rel].size,
-                          "version": listed[rel].version, "result_class": "transcribed", "reason": ""}
+    return pl.DataFrame([{"unit_id": uid, "relative_key": rel, **listed[rel].columns(),
+                          "result_class": "transcribed", "reason": ""}
                          for rel, uid in zip(rels, unit_ids(rels), strict=True)], schema=MANIFEST_SCHEMA)
 
 
-def measure(fs, path: str, local: bool, repeat: int) -> dict:
+def measure(fs, path: str, repeat: int) -> dict:
     listed = list_versions(fs, path)
     manifest = manifest_of(listed)
-    published = set(manifest["unit_id"])
+    published = dict.fromkeys(manifest["unit_id"], "transcribed")
     best_list, best_compare = float("inf"), float("inf")
     for _ in range(repeat):
         started = time.perf_counter()
         listed = list_versions(fs, path)
         listed_at = time.perf_counter()
-        changes = late_changes(DAY, listed, manifest, published, local)
+        changes = late_changes(DAY, listed, manifest, published)
         best_list = min(best_list, listed_at - started)
         best_compare = min(best_compare, time.perf_counter() - listed_at)
     assert changes.listed == len(manifest) and not changes.units and not changes.gone, changes.describe()
@@ -92,10 +92,10 @@ def main() -> None:
     from fsspec.implementations.local import LocalFileSystem
 
     with tempfile.TemporaryDirectory() as tmp:
-        local = measure(LocalFileSystem(), local_day(pathlib.Path(tmp), args.objects), True, args.repeat)
+        local = measure(LocalFileSystem(), local_day(pathlib.Path(tmp), args.objects), args.repeat)
     server, (fs, path) = s3_day(args.objects)
     try:
-        s3 = measure(fs, path, False, args.repeat)
+        s3 = measure(fs, path, args.repeat)
     finally:
         server.__exit__(None, None, None)
     emit({"benchmark": "late_audio_listing", "machine": "2-core CPU", "objects_per_day": args.objects,

@@ -99,8 +99,8 @@ PRESETS = {
 
 
 def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silent_share: float, seed: int) -> float:
-    from batch_assets.audio.decode import to_target
     from batch_assets.long_units.long_audio import sample_audio_paths
+    from batch_assets.source.decode import to_target
 
     rng = np.random.default_rng(seed)
     speech = []

@@ -64,7 +64,7 @@ def decode_cpu_s_per_audio_hour(objects: dict[str, bytes]) -> dict[str, float]:
     mono, one object after another on one thread."""
     import torch
 
-    from batch_assets.audio.decode import decode, suffix_of
+    from batch_assets.source.decode import decode, suffix_of
 
     torch.set_num_threads(1)
     spent, heard = collections.Counter(), collections.Counter()
@@ -92,8 +92,8 @@ def decode_cost_by_format(scratch: pathlib.Path, seconds: float = 300.0) -> dict
     import numpy as np
     import soxr
 
-    from batch_assets.audio.decode import decode_file, ffmpeg_exe
     from batch_assets.long_units.long_audio import sample_audio_paths
+    from batch_assets.source.decode import decode_file, ffmpeg_exe
 
     speech = np.concatenate([sf.read(p, dtype="float32")[0] for p in sample_audio_paths(speech_only=True)])
     speech = np.resize(speech, int(seconds * 16000))

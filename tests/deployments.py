@@ -1,7 +1,8 @@
 """The two configurations the end-to-end suite runs: the embedded default and the one the Helm chart deploys.
 
 - `local`: source and storage in local folders, the SQLite instance of `dagster_home/dagster.yaml`.
-- `s3-postgres`: source and storage on a real S3 API (moto on loopback), the instance on a real PostgreSQL server
+- `s3-postgres`: source and storage on a real S3 API (moto on loopback; the audio bucket keeps versions), the
+  instance on a real PostgreSQL server
   on loopback, configured as the Helm chart renders `k8s/values.yaml` (dagster-postgres storage with the values'
   `postgresqlScheme`, the password from `DAGSTER_PG_PASSWORD`, run retries, run monitoring, the `gpu` pool, no
   compute logs); every process of a run gets its own empty temp dir, HOME and lock dir (tests/isolated), so the
@@ -205,6 +206,9 @@ def s3_postgres(work: pathlib.Path, s3, postgres, bucket_prefix: str, sample: pa
     client = s3.client()
     audio, out = f"{bucket_prefix}-audio", f"{bucket_prefix}-out"
     client.create_bucket(Bucket=audio)
+    # versioning on, as AWS recommends and compliance requires: the objects carry VersionIds (issue 64: every unit of
+    # such a bucket was changed_since_listed)
+    client.put_bucket_versioning(Bucket=audio, VersioningConfiguration={"Status": "Enabled"})
     client.create_bucket(Bucket=out)
     for partition in partitions:
         for path in sorted(p for p in sample.rglob("*") if p.is_file()):

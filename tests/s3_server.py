@@ -6,17 +6,23 @@ GETs of each such key with a 500 InternalError, `broken` always fails; and write
 bucket in `read_only_buckets`, or to a key under one of `read_only_prefixes` ("bucket/prefix/"), which get
 403 AccessDenied as an IAM policy would answer. Listing and HEAD
 requests are never faulted. `before_get`, when set, is called with each object GET's key before the GET is
-forwarded (a test replaces the object there: another writer landing between a reader's requests). This
-exercises the real s3fs/botocore stack and our own retries over real HTTP.
+forwarded (a test replaces the object there: another writer landing between a reader's requests). Until
+`refuse_until` (a `time.time()`), every request's connection is closed unanswered: a storage outage. With
+`opaque_etags`, every ETag the client sees (headers and listings) is 32 hex digits that are not the MD5 of the bytes,
+as SSE-KMS and SSE-C objects' are, and `If-Match` is mapped back. This exercises the real s3fs/botocore stack and
+our own retries over real HTTP.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import hashlib
 import http.client
 import http.server
 import logging
+import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -30,6 +36,7 @@ ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
     b"<Message>injected by the test proxy</Message></Error>"
 )
+_ETAG_XML = re.compile(r"<ETag>(&quot;|&#34;|\")([0-9a-fA-F-]+)(&quot;|&#34;|\")</ETag>")
 DENIED_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied (read-only bucket, injected by the test proxy)</Message></Error>"
@@ -45,6 +52,10 @@ class FaultProxy:
         self.ignore_if_none_match = False  # a store that does not honour conditional writes (drops If-None-Match)
         self.denied = 0
         self.before_get: Callable[[str], object] | None = None
+        self.refuse_until = 0.0
+        self.refused = 0
+        self.opaque_etags = False
+        self.real_etags: dict[str, str] = {}  # an opaque ETag -> moto's
         self.failures: collections.Counter = collections.Counter()
         self.served: list[tuple[float, str, str, int]] = []  # (unix time, method, path, body bytes) of each answer
         self.lock = threading.Lock()
@@ -101,15 +112,30 @@ class FaultProxy:
                     return
                 if self.command == "GET" and proxy.before_get is not None:
                     proxy.before_get(self._key())
+                if time.time() < proxy.refuse_until:  # an outage: the connection is dropped, nothing answered
+                    with proxy.lock:
+                        proxy.refused += 1
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
                 dropped = {"host"} | ({"if-none-match"} if proxy.ignore_if_none_match else set())
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+                if proxy.opaque_etags and "If-Match" in headers:
+                    opaque = headers["If-Match"].strip('"')
+                    headers["If-Match"] = f'"{proxy.real_etags.get(opaque, opaque)}"'
+
                 headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 response = upstream.getresponse()
                 data = response.read()
+                if proxy.opaque_etags:
+                    data = _ETAG_XML.sub(lambda m: f"<ETag>{m[1]}{proxy.opaque(m[2])}{m[3]}</ETag>", data.decode(
+                        "utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") if b"<ETag>" in data else data
                 self.send_response(response.status)
                 for key, value in response.getheaders():
+                    if key.lower() == "etag" and proxy.opaque_etags:
+                        value = f'"{proxy.opaque(value.strip(chr(34)))}"'
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(key, value)
                 # HEAD has no body: its Content-Length is the object's size, passed through as moto sent it
@@ -129,6 +155,12 @@ class FaultProxy:
         self.port = self.server.server_address[1]
         # a short poll: stop() returns within it (the default 0.5 s was most of a test's S3 set-up)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    def opaque(self, etag: str) -> str:
+        """An ETag that is not the MD5 of the bytes, as SSE-KMS's: 32 hex digits (remembered for `If-Match`)."""
+        opaque = hashlib.sha256(f"kms:{etag}".encode()).hexdigest()[:32]
+        self.real_etags[opaque] = etag
+        return opaque
 
     def start(self) -> None:
         self.thread.start()

@@ -17,12 +17,12 @@ import pytest
 import soundfile as sf
 import torch
 
-from batch_assets.audio.decode import to_target
 from batch_assets.gpu.adapters import nemo_adapter
 from batch_assets.gpu.asr.transcribe import Segment, apply_decoder_mode, transcribe_segments
 from batch_assets.models.loaders import load_asr_model
 from batch_assets.models.names import TINY_TDT
 from batch_assets.models.production_shaped import PARAKEET_SHAPED
+from batch_assets.source.decode import to_target
 from batch_assets.storage.resource import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"

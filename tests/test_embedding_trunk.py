@@ -32,7 +32,7 @@ CPU = torch.device("cpu")
 
 
 def speech(name: str, seconds: float) -> np.ndarray:
-    from batch_assets.audio.decode import to_target
+    from batch_assets.source.decode import to_target
 
     samples, rate = sf.read(SAMPLE / name, dtype="float32", always_2d=True)
     return to_target(samples, rate)[: int(16000 * seconds)]

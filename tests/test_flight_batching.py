@@ -27,9 +27,9 @@ from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.runner import FlightWork, run_section
 from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
 from batch_assets.gpu.steps.resources import GpuResource
-from batch_assets.ingest.flight_audio import FlightAudio
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
+from batch_assets.source.flight_audio import FlightAudio
 from batch_assets.storage.resource import REPO_ROOT
 
 from .conftest import in_decoder_mode
@@ -41,7 +41,7 @@ PIPELINES = ["tiny", pytest.param("production_shaped", marks=pytest.mark.slow)]
 
 
 def _speech() -> np.ndarray:
-    from batch_assets.audio.decode import to_target
+    from batch_assets.source.decode import to_target
 
     clips = []
     for name in ("meetings/standup.wav", "calls/2026/interview.ogg", "meetings/planning.mp3"):

@@ -109,26 +109,39 @@ def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_chan
     assert tables_of(storage)["transcripts", "units"].height == 6  # its rows stay
 
 
-def test_the_listing_tells_new_changed_and_gone_objects_on_s3():
-    """On a real S3 API: the manifest's versions (HEAD) and the listing's (LIST) compare by size and ETag."""
+@pytest.mark.parametrize("versioning", [None, "Enabled", "Suspended"])
+def test_the_listing_tells_new_changed_and_gone_objects_on_s3(versioning):
+    """On a real S3 API, on a bucket that never kept versions, keeps them, or kept them and stopped: the manifest's
+    identity (HEAD: size, ETag, VersionId) and the listing's (LIST: size and ETag) compare on what both carry, so
+    an unchanged object is never taken for a changed one (issue 64: a versioned bucket's units were all
+    changed_since_listed, and never listed again); a unit the tables hold unread is asked for again."""
     with S3Server() as s3:
         client = s3.client()
-        client.create_bucket(Bucket="late")
+        bucket = f"late-{(versioning or 'off').lower()}"
+        client.create_bucket(Bucket=bucket)
+        if versioning:
+            client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
         for key in (ORIGINAL, TOUCHED, REMOVED):
-            client.upload_file(str(SAMPLE_SOURCE / P / key), "late", f"rec/{P}/{key}")
-        storage = s3.storage("late")
-        fs, path = storage.filesystem(f"s3://late/rec/{P}")
+            client.upload_file(str(SAMPLE_SOURCE / P / key), bucket, f"rec/{P}/{key}")
+        if versioning == "Suspended":
+            client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+        storage = s3.storage(bucket)
+        fs, path = storage.filesystem(f"s3://{bucket}/rec/{P}")
         manifest, _ = build_manifest(fs, path, 7200.0, 4)
-        published = set(manifest["unit_id"])
-        unchanged = late_changes(P, list_versions(fs, path), manifest, published, local=False)
+        assert manifest["version_id"].is_not_null().all() == bool(versioning), manifest["version_id"]
+        published = dict.fromkeys(manifest["unit_id"], "transcribed")
+        unchanged = late_changes(P, list_versions(fs, path), manifest, published)
         assert unchanged.listed == 3 and not unchanged.units and not unchanged.gone
-        client.upload_file(str(SAMPLE_SOURCE / P / ORIGINAL), "late", f"rec/{P}/{LATE}")
-        client.upload_file(str(SAMPLE_SOURCE / P / "meetings/standup.wav"), "late", f"rec/{P}/{TOUCHED}")
-        client.delete_object(Bucket="late", Key=f"rec/{P}/{REMOVED}")
-        changes = late_changes(P, list_versions(fs, path), manifest, published, local=False)
+        unread = dict(published) | {manifest["unit_id"][0]: "fetch_failed"}
+        again = late_changes(P, list_versions(fs, path), manifest, unread)
+        assert again.changed == (manifest["relative_key"][0],)  # read again, as a change is
+        client.upload_file(str(SAMPLE_SOURCE / P / ORIGINAL), bucket, f"rec/{P}/{LATE}")
+        client.upload_file(str(SAMPLE_SOURCE / P / "meetings/standup.wav"), bucket, f"rec/{P}/{TOUCHED}")
+        client.delete_object(Bucket=bucket, Key=f"rec/{P}/{REMOVED}")
+        changes = late_changes(P, list_versions(fs, path), manifest, published)
         assert (changes.new, changes.changed, changes.gone) == ((LATE,), (TOUCHED,), (REMOVED,))
-        client.upload_file(str(SAMPLE_SOURCE / P / TOUCHED), "late", f"rec/{P}/{TOUCHED}")  # its old bytes again
-        assert late_changes(P, list_versions(fs, path), manifest, published, local=False).changed == ()
+        client.upload_file(str(SAMPLE_SOURCE / P / TOUCHED), bucket, f"rec/{P}/{TOUCHED}")  # its old bytes again
+        assert late_changes(P, list_versions(fs, path), manifest, published).changed == ()
 
 
 def test_the_webhook_gets_the_text_with_retries_and_never_the_url_in_an_error():

@@ -18,7 +18,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from batch_assets.audio.decode import decode_file, stream_file
 from batch_assets.ingest.speaker_hints import SpeakerHints
 from batch_assets.long_units.windows import (
     SAMPLE_RATE,
@@ -29,6 +28,7 @@ from batch_assets.long_units.windows import (
     piece_id,
     split_windows,
 )
+from batch_assets.source.decode import decode_file, stream_file
 
 from . import deployments
 from .conftest import SAMPLE_SOURCE, TABLES, assert_same_results, make_resources, materialize_partition, tables_of
@@ -76,7 +76,8 @@ def test_window_settings_are_whole_seconds_with_a_bounded_overlap():
                                  "calls/2026/interview.ogg"])
 def test_streamed_decoding_is_the_whole_decode(key):
     whole, _ = decode_file(str(SAMPLE_SOURCE / "2026-01-15" / key), key[key.rindex("."):])
-    assert np.array_equal(np.concatenate(list(stream_file(str(SAMPLE_SOURCE / "2026-01-15" / key)))), whole)
+    streamed = stream_file(str(SAMPLE_SOURCE / "2026-01-15" / key), key[key.rindex("."):])
+    assert np.array_equal(np.concatenate(list(streamed)), whole)
 
 
 def test_a_body_cut_off_streams_what_decodes_as_the_whole_decode_does(tmp_path):
@@ -86,7 +87,7 @@ def test_a_body_cut_off_streams_what_decodes_as_the_whole_decode_does(tmp_path):
     cut = tmp_path / "cut.flac"
     cut.write_bytes(data[: len(data) // 2])
     whole, _ = decode_file(str(cut), ".flac")
-    assert 0 < len(whole) and np.array_equal(np.concatenate(list(stream_file(str(cut)))), whole)
+    assert 0 < len(whole) and np.array_equal(np.concatenate(list(stream_file(str(cut), ".flac"))), whole)
 
 
 def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
@@ -96,9 +97,9 @@ def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
     import fsspec
     import soundfile as sf
 
-    from batch_assets.ingest.flight_audio import flight_source
     from batch_assets.ingest.manifest import build_manifest
     from batch_assets.ingest.prepare import prepare_flights
+    from batch_assets.source.flight_audio import flight_source
 
     day = tmp_path / "day"
     day.mkdir()
@@ -108,7 +109,7 @@ def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
     manifest, _ = build_manifest(fs, str(day), 7200.0, 1)
     spec = WindowSpec(60.0, 10.0)
     plan, _ = prepare_flights(manifest, budget_s=1800.0, max_units=8, windows=spec)
-    expected = list(split_windows(stream_file(str(day / "long.wav")), spec))
+    expected = list(split_windows(stream_file(str(day / "long.wav"), ".wav"), spec))
     assert plan.height == len(expected) == 4
     resumed = plan.filter(pl.col("window") >= 1)  # window 0 committed by the killed run
     source = flight_source(plan, manifest, lambda uri: (fs, fs._strip_protocol(uri)), load=resumed)

@@ -96,8 +96,8 @@ MARKER = np.float32(0.987654321)  # a sample value the injected fault recognises
 
 def _flight(models_rate: int = 16000):
     """Two speech units in one flight (the sample's standup and planning calls), the second carrying MARKER."""
-    from batch_assets.audio.decode import decode_file
     from batch_assets.gpu.section.flight import SectionUnit
+    from batch_assets.source.decode import decode_file
 
     first, _ = decode_file(str(SAMPLE / "meetings" / "standup.wav"), ".wav")
     second, _ = decode_file(str(SAMPLE / "meetings" / "planning.mp3"), ".mp3")
@@ -436,7 +436,7 @@ def test_decoding_holds_about_the_decoded_mono_audio(tmp_path):
     copies). Now it streams: at most 1.2x the 16 kHz mono result, identical to decoding the whole signal at once."""
     import tracemalloc
 
-    from batch_assets.audio.decode import decode_file, to_target
+    from batch_assets.source.decode import decode_file, to_target
 
     path = tmp_path / "eight_channels.wav"
     with sf.SoundFile(path, "w", 48000, 8, "PCM_16") as handle:

@@ -26,9 +26,9 @@ import soundfile as sf
 
 from batch_assets.gpu.device.lock import lock_path
 from batch_assets.gpu.steps.resources import GpuResource, model_loads
-from batch_assets.ingest.fetch import FetchError, RetryPolicy, with_retries
 from batch_assets.ingest.manifest import build_manifest
-from batch_assets.ingest.source_objects import read_once
+from batch_assets.source.fetch import FetchError, RetryPolicy, with_retries
+from batch_assets.source.objects import read_once
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
 from .conftest import SAMPLE_SOURCE, make_resources, materialize_partition
@@ -176,7 +176,7 @@ def test_symlinks_never_read_outside_the_partition_and_inside_ones_are_read_once
     for link in ("file_link_outside.wav", "passwd_link.wav", "folder_link_outside"):
         assert rows[link]["result_class"] == "rejected_key", rows[link]
         assert f"symlink {link!r}" in rows[link]["reason"] and "outside the partition" in rows[link]["reason"]
-        assert rows[link]["version"] is None and rows[link]["probe_bytes"] is None  # never opened
+        assert rows[link]["mtime_ns"] is None and rows[link]["probe_bytes"] is None  # never opened
     assert set(rows) == {"meetings/planning.mp3", "file_link_outside.wav", "passwd_link.wav", "folder_link_outside"}
     reasons = dict(zip(skipped["relative_key"], skipped["reason"], strict=True))
     assert "listed itself: read once" in reasons["alias.mp3"]

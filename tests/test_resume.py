@@ -53,16 +53,19 @@ def test_every_leftover_flight_has_exactly_one_owner_among_the_leftover_steps_th
 
 
 def test_a_flights_fingerprint_follows_its_units_and_their_listed_objects():
-    manifest = pl.DataFrame({"unit_id": ["a", "b"], "bytes": [100, 200], "version": ["mtime_ns 1", "mtime_ns 2"]})
+    manifest = pl.DataFrame({"unit_id": ["a", "b"], "bytes": [100, 200], "etag": ["e1", "e2"],
+                             "version_id": [None, "v2"], "mtime_ns": [None, None]},
+                            schema_overrides={"version_id": pl.String, "mtime_ns": pl.Int64})
     plan = pl.DataFrame({"flight_id": ["f0", "f0"], "unit_id": ["a", "b"], "position": [0, 1],
                          "offset_samples": [0, 10], "num_samples": [10, 20], "result_class": ["ok", "ok"]})
     flights = pl.DataFrame({"flight_id": ["f0"], "num_units": [2], "audio_s": [1.0]})
     [first] = planned_flights(manifest, plan, flights)
     [moved] = planned_flights(manifest, plan, flights.with_columns(pl.lit(9.0).alias("audio_s")))
     assert first.fingerprint == moved.fingerprint  # rematerialized, same units and objects: the commit is still good
-    [changed] = planned_flights(manifest.with_columns(pl.Series("version", ["mtime_ns 1", "mtime_ns 3"])), plan,
-                                flights)
-    assert changed.fingerprint != first.fingerprint  # the object changed (another version listed): redo
+    [changed] = planned_flights(manifest.with_columns(pl.Series("etag", ["e1", "e3"])), plan, flights)
+    assert changed.fingerprint != first.fingerprint  # the object changed (another ETag listed): redo
+    [versioned] = planned_flights(manifest.with_columns(pl.Series("version_id", ["v1", "v2"])), plan, flights)
+    assert versioned.fingerprint not in (first.fingerprint, changed.fingerprint)  # another version of `a` listed
     [resized] = planned_flights(manifest.with_columns(pl.Series("bytes", [100, 201])), plan, flights)
     assert resized.fingerprint not in (first.fingerprint, changed.fingerprint)
     # a `units` rerun's commits hold those units only: never taken for the whole flight's, nor another selection's

@@ -222,6 +222,26 @@ def test_a_commit_cut_off_halfway_is_not_counted(tmp_path):
         commits.tables({"flight-0000": "fp-a"})
 
 
+def test_a_commit_holding_a_unit_it_could_not_read_is_not_reused_by_another_run(tmp_path):
+    """Issue 64: a GPU step that could not read an object (`fetch_failed` after its retries, or
+    `changed_since_listed`) committed it, and every later run reused that commit: the unit was never read again.
+    Its own run still assembles from it; another run reads the flight again."""
+    from batch_assets.gpu.outputs.commits import FlightCommits
+    from batch_assets.gpu.section.flight import UnitOutcome
+    from batch_assets.schema.results import ResultClass
+
+    storage = StorageResource(storage_url=str(tmp_path))
+    stopped = FlightCommits(storage, P, "stopped-run", _identity())
+    unread = UnitOutcome("u-lost", "flight-0000", 0.0, ResultClass.FETCH_FAILED, "read failed after 4 attempts")
+    record = stopped.commit("flight-0000", [*HEARD_EN, unread], "fp")
+    stopped.commit("flight-0001", HEARD_EN, "fp")
+    assert record["unread"] == ["u-lost"] and stopped.problem("flight-0000", "fp") is None
+    later = FlightCommits(storage, P, "later-run", _identity())
+    assert later.problem("flight-0001", "fp") is None and later.reused == {"flight-0001": "stopped-run"}
+    why = later.problem("flight-0000", "fp")
+    assert why is not None and "could not read" in why and "u-lost" in why and "flight-0000" not in later.reused
+
+
 def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path):
     """What a resume after a redeploy compares (gpu/outputs/commit_identity.py): a model (by name, or by the checksum
     of its file at the same path), a result-changing switch, the schema or package version; never an exact lever."""

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode
-from batch_assets.audio.header_probe import probe
 from batch_assets.ingest.units import key_problem, unit_ids
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode
+from batch_assets.source.header_probe import probe
 
 
 def test_unit_ids_are_stable_unique_and_safe():

@@ -1,6 +1,7 @@
 """Asset checks on `transcripts`, for every partition.
 
-- every unit of `fetched_audio` is accounted for exactly once in `transcripts`;
+- every unit of `fetched_audio` is accounted for exactly once in `transcripts`, and not every one went unread
+  (`fetch_failed` or `changed_since_listed`: a day whose source could not be read as listed fails, and alerts);
 - (WARN) the partition had audio to transcribe: an empty or all-rejected day materializes, visibly;
 - no words on silent units;
 - the gate against a baseline's outputs for the same partition: this check exists only when a baseline
@@ -19,6 +20,7 @@ from pydantic import Field
 
 from batch_assets.gate.compare import gate
 from batch_assets.orchestration.partitions import daily_partitions
+from batch_assets.schema.results import UNREAD_CLASSES
 from batch_assets.settings import current_settings
 from batch_assets.storage.resource import StorageResource
 
@@ -64,7 +66,8 @@ class BaselineResource(dg.ConfigurableResource):
 
 
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions, blocking=True,
-                description="Every fetched_audio unit appears exactly once in transcripts")
+                description="Every fetched_audio unit appears exactly once in transcripts, and not every one went "
+                            "unread (fetch_failed or changed_since_listed: the source could not be read as listed)")
 def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     return each_partition(context, lambda partition: _accounted_for(storage, partition))
 
@@ -75,9 +78,14 @@ def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict
     expected, found = set(manifest["unit_id"]), units["unit_id"].to_list()
     duplicates = sorted(u for u, n in collections.Counter(found).items() if n > 1)
     missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
-    return not (duplicates or missing or extra), {
+    unread = units.filter(pl.col("result_class").is_in([str(c) for c in UNREAD_CLASSES])).height
+    everything_unread = units.height > 0 and unread == units.height
+    return not (duplicates or missing or extra or everything_unread), {
         "units": len(expected), "missing": missing[:20], "extra": extra[:20], "duplicates": duplicates[:20],
-    }
+        "unread": unread,
+    } | ({"problem": f"all {unread} units went unread (fetch_failed or changed_since_listed): the source could not "
+                     "be read as listed; the reasons are in transcripts/units. The next run, or the late-audio "
+                     "sensor, reads them again"} if everything_unread else {})
 
 
 @dg.asset_check(asset="transcripts", partitions_def=daily_partitions,

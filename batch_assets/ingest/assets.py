@@ -2,7 +2,7 @@
 
 Both are cheap CPU steps: `fetched_audio` reads each object's size, version and header (ranged reads of its head and
 tail, never its body), `prepared_flights` packs the listed durations into flights. Neither fetches nor decodes
-audio: the GPU step that owns a flight does (`ingest/flight_audio.py`). Both write their tables under
+audio: the GPU step that owns a flight does (`source/flight_audio.py`). Both write their tables under
 `{storage_url}/{asset}/{partition}/` (replacing the partition's previous outputs, so reruns are idempotent) and
 return only metadata.
 A run may carry several partitions (a backfill under the BackfillPolicy): each is processed in turn and
@@ -14,7 +14,6 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.gpu.steps.run_config import refuse_a_bad_run_language
-from batch_assets.ingest.fetch import RetryPolicy
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest, relist
 from batch_assets.ingest.prepare import prepare_flights
@@ -35,6 +34,7 @@ from batch_assets.orchestration.steps import (
 )
 from batch_assets.schema.columns import table_schema
 from batch_assets.settings import current_settings
+from batch_assets.source.fetch import DEFAULT_RETRIES, RetryPolicy
 from batch_assets.storage.lease import PartitionLease
 from batch_assets.storage.resource import StorageResource
 
@@ -49,8 +49,10 @@ class FetchConfig(DegradeConfig):
         description="Safety limit only: longer units are classed too_long (long units are processed in windows: "
         "prepared_flights' max_unit_seconds)")
     fetch_concurrency: int = Field(default=8, description="Objects whose headers are read at once (threads)")
-    retry_attempts: int = Field(default=4, description="Attempts per object's header read before fetch_failed")
-    retry_base_delay_seconds: float = Field(default=0.5, description="Backoff: base * 2^attempt")
+    retry_attempts: int = Field(default=DEFAULT_RETRIES.attempts, description="Attempts per object read (its header "
+                                "here, the whole object in the GPU step) before fetch_failed")
+    retry_base_delay_seconds: float = Field(default=DEFAULT_RETRIES.base_delay_s,
+                                            description="Backoff: base * 2^attempt")
     lease_wait_seconds: float = lease_wait_field()
     allow_shrink: bool = Field(
         default=False,
@@ -104,7 +106,7 @@ def fetched_audio(context: dg.AssetExecutionContext, config: FetchConfig,
     """The partition's manifest: every audio object under `{source}/{partition}/`, once, with a result class.
 
     Listed recursively and sorted; each object's size and storage version are recorded and its rate, channels and
-    duration read from its header (ranged reads of its head and tail, with retries: `audio/header_probe.py`); no
+    duration read from its header (ranged reads of its head and tail, with retries: `source/header_probe.py`); no
     object is downloaded whole. Bad objects get a class and a reason instead of failing the partition.
     A source root that does not exist, or an output root that refuses writes, fails the step at once.
     A partition whose source now lists far fewer units than its current results (none, or under
@@ -181,7 +183,7 @@ def _fetch_partition(context: dg.AssetExecutionContext, config: FetchConfig, sto
         "units_by_class": class_counts(manifest),
         "audio_hours_ok": round(float(ok["duration_s"].sum() or 0.0) / 3600, 4),
         "non_audio_objects_skipped": len(skipped),
-        # what listing read of the objects' bodies: headers only (audio/header_probe.py)
+        # what listing read of the objects' bodies: headers only (source/header_probe.py)
         "header_bytes_read": int(manifest["probe_bytes"].sum() or 0),
         "header_bytes_read_max_per_object": int(manifest["probe_bytes"].max() or 0),
         "source": dg.MetadataValue.path(source),
@@ -206,7 +208,7 @@ def prepared_flights(context: dg.AssetExecutionContext, config: PrepareConfig,
     """The flight plan: the `ok` units packed into flights under the decode budget, from their listed durations.
 
     Writes the plan (`plan.parquet`: each unit's flight, position and planned length) and `flights.parquet`; no
-    audio. The GPU step that owns a flight fetches and decodes its units (`ingest/flight_audio.py`), holding the
+    audio. The GPU step that owns a flight fetches and decodes its units (`source/flight_audio.py`), holding the
     flights within the budget. A unit longer than `max_unit_seconds` is planned as overlapped windows, a flight each
     (`batch_assets/long_units/windows.py`), decoded streaming into them, so memory is bounded whatever its length.
     """

@@ -8,9 +8,11 @@ day's manifest (`fetched_audio`) and published units (`transcripts`):
 
 - **new**: an audio object the manifest does not hold, or holds but the tables do not (a run that listed it
   failed before publishing);
-- **changed**: a size or storage version other than the manifest's (locally the modification time, on S3 the ETag:
-  a listing gives no VersionId), or a unit the listing could not describe then (no version recorded: an object
-  still uploading, a storage error) that is listed now; a key the manifest rejected is never retried;
+- **changed**: an identity other than the manifest's, compared on what both carry (`source/identity.py`: locally
+  size and modification time, on S3 size and ETag: a listing gives no VersionId), or a unit the listing could not
+  describe then (no identity recorded: an object still uploading, a storage error) that is listed now, or a unit
+  the tables hold unread (`fetch_failed`, `changed_since_listed`: a read that failed is tried again, once per
+  identity); a key the manifest rejected is never retried;
 - **gone**: a published unit the source no longer lists. Reported, never removed: its rows stay until someone
   reruns the whole day.
 
@@ -24,17 +26,14 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 
 import polars as pl
 
 from batch_assets.ingest.manifest import list_local
-from batch_assets.ingest.source_objects import ObjectVersion, store_version
 from batch_assets.ingest.units import is_audio, relative_key, storable
-from batch_assets.schema.results import ResultClass
+from batch_assets.schema.results import UNREAD_CLASSES, ResultClass
+from batch_assets.source.identity import ObjectVersion
 from batch_assets.storage.paths import is_local
-
-_ETAG = re.compile(r"etag (\S+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +45,7 @@ class LateChanges:
     new: tuple[str, ...]
     changed: tuple[str, ...]
     gone: tuple[str, ...]
-    versions: tuple[tuple[str, int, str], ...]  # (key, size, version) of each new and changed object, as listed
+    versions: tuple[tuple[str, int, str], ...]  # (key, size, identity token) of each new and changed object, as listed
 
     @property
     def units(self) -> list[str]:
@@ -86,27 +85,20 @@ def list_versions(fs, partition_path: str) -> dict[str, ObjectVersion]:
                 st = os.lstat(path)
             except FileNotFoundError:  # gone between the walk and the stat
                 continue
-            out[storable(relative_key(partition_path, path))] = ObjectVersion(st.st_size, f"mtime_ns {st.st_mtime_ns}")
+            out[storable(relative_key(partition_path, path))] = ObjectVersion(st.st_size, mtime_ns=st.st_mtime_ns)
         return out
     fs.invalidate_cache(partition_path)  # this process lists again every tick: never the cached listing
     if not fs.exists(partition_path):
         return {}
     found = fs.find(partition_path, withdirs=False, detail=True)
-    return {storable(relative_key(partition_path, path)): store_version(info) for path, info in sorted(found.items())
-            if is_audio(path)}
-
-
-def _comparable(version: str, local: bool) -> str:
-    """What a listing can tell of a recorded version: all of it locally, the ETag on a store."""
-    if local:
-        return version
-    match = _ETAG.search(version)
-    return match.group(1) if match else version
+    return {storable(relative_key(partition_path, path)): ObjectVersion.of_info(info)
+            for path, info in sorted(found.items()) if is_audio(path)}
 
 
 def late_changes(partition: str, listed: dict[str, ObjectVersion], manifest: pl.DataFrame,
-                 published: set[str], local: bool) -> LateChanges:
-    """Compare a day's listing with its manifest (`fetched_audio`) and its published unit ids (`transcripts`)."""
+                 published: dict[str, str]) -> LateChanges:
+    """Compare a day's listing with its manifest (`fetched_audio`) and its published units (`transcripts`: unit id
+    -> result class)."""
     recorded = {row["relative_key"]: row for row in manifest.iter_rows(named=True)}
     new, changed = [], []
     for key, now in listed.items():
@@ -115,12 +107,11 @@ def late_changes(partition: str, listed: dict[str, ObjectVersion], manifest: pl.
             new.append(key)
         elif row["result_class"] == str(ResultClass.REJECTED_KEY):
             continue  # the key itself is refused: no later listing changes that
-        elif row["version"] is None or row["bytes"] != now.size or \
-                _comparable(row["version"], local) != _comparable(now.version, local):
+        elif row["bytes"] is None or ObjectVersion.of_row(row).differs(now) is not None \
+                or published[row["unit_id"]] in UNREAD_CLASSES:
             changed.append(key)
     gone = [key for key, row in recorded.items() if key not in listed and row["unit_id"] in published
             and row["result_class"] != str(ResultClass.REJECTED_KEY)]
-    versions = tuple((key, listed[key].size, _comparable(listed[key].version, local))
-                     for key in sorted(new + changed))
+    versions = tuple((key, listed[key].size, listed[key].token()) for key in sorted(new + changed))
     return LateChanges(partition, len(listed), tuple(sorted(new)), tuple(sorted(changed)), tuple(sorted(gone)),
                        versions)

@@ -2,10 +2,10 @@
 
 Listing is recursive under the partition prefix and sorted, so the manifest (and every id derived from
 it) is deterministic. Each object is described concurrently (threads: the work is IO) from its size, its
-storage version (`source_objects.py`: S3 ETag and VersionId, local modification time) and its header, read
-in ranges of its head (and tail) by `audio/header_probe.py`: no object is downloaded whole here, nothing is
+storage version (`source/objects.py`: S3 ETag and VersionId, local modification time) and its header, read
+in ranges of its head (and tail) by `source/header_probe.py`: no object is downloaded whole here, nothing is
 decoded. The GPU step reads each object once, to decode it, checks it is the version listed, and computes
-its sha256 as it streams (`ingest/stream.py`). Objects whose extension is not a supported
+its sha256 as it streams (`source/flight_audio.py`). Objects whose extension is not a supported
 audio format are not units, but they are listed in a `skipped` table so that nothing disappears silently;
 a unit's JSON sidecar (`call.flac.json`: speaker-count hints, `speaker_hints.py`) is listed there as a sidecar,
 and read into the unit's `hint_*` columns (or, when it is bad, `hint_problem`).
@@ -21,16 +21,6 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from batch_assets.audio.decode import AUDIO_EXTENSIONS, DecodeError, suffix_of
-from batch_assets.audio.header_probe import RangedFile, probe_object
-from batch_assets.ingest.fetch import (
-    DEFAULT_RETRIES,
-    ChangedSinceListed,
-    FetchError,
-    RetryPolicy,
-    with_retries,
-)
-from batch_assets.ingest.source_objects import opened, read_once
 from batch_assets.ingest.speaker_hints import (
     MAX_SIDECAR_BYTES,
     SIDECAR_SUFFIX,
@@ -40,16 +30,27 @@ from batch_assets.ingest.speaker_hints import (
 )
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.schema.results import ResultClass
+from batch_assets.source.decode import AUDIO_EXTENSIONS, DecodeError, suffix_of
+from batch_assets.source.fetch import (
+    DEFAULT_RETRIES,
+    ChangedSinceListed,
+    FetchError,
+    RetryPolicy,
+    with_retries,
+)
+from batch_assets.source.header_probe import RangedFile, probe_object
+from batch_assets.source.identity import IDENTITY_SCHEMA
+from batch_assets.source.objects import opened, read_once
 from batch_assets.storage.paths import is_local, protocol
 
 MANIFEST_SCHEMA = {
     "unit_id": pl.String,
     "source_uri": pl.String,
     "relative_key": pl.String,
-    "bytes": pl.Int64,
-    "version": pl.String,
+    **IDENTITY_SCHEMA,
     "probe_bytes": pl.Int64,
     "duration_s": pl.Float64,
+    "duration_estimated": pl.Boolean,
     "sample_rate": pl.Int64,
     "channels": pl.Int64,
     "result_class": pl.String,
@@ -140,12 +141,13 @@ def describe_object(
         return row | {"result_class": ResultClass.FETCH_FAILED, "reason": str(error)}
     except ChangedSinceListed as error:
         return row | {"result_class": ResultClass.CHANGED_SINCE_LISTED, "reason": str(error)}
-    row |= {"bytes": version.size, "version": version.version, "probe_bytes": probed}
+    row |= version.columns() | {"probe_bytes": probed}
     if info is None:
         return row | {"result_class": ResultClass.EMPTY, "reason": "zero bytes"}
     if isinstance(info, DecodeError):
         return row | {"result_class": ResultClass.UNDECODABLE, "reason": str(info)}
-    row |= {"duration_s": info.duration_s, "sample_rate": info.sample_rate, "channels": info.channels}
+    row |= {"duration_s": info.duration_s, "duration_estimated": info.estimated, "sample_rate": info.sample_rate,
+            "channels": info.channels}
     if info.frames == 0:
         return row | {"result_class": ResultClass.EMPTY, "reason": "zero samples"}
     if info.duration_s > max_recording_s:

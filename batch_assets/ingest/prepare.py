@@ -1,6 +1,6 @@
 """The flight plan of a partition: its `ok` units packed into flights under the decode budget, from their listed
 durations. Nothing is fetched or decoded here and no audio is written: the GPU step that owns a flight fetches and
-decodes its units itself (`ingest/flight_audio.py`), each object read once.
+decodes its units itself (`source/flight_audio.py`), each object read once.
 
 Each plan row gives a unit's flight, position and planned place in the flight's audio (`offset_samples`,
 `num_samples`, from the listed duration at 16 kHz); the GPU step places the units as they decode, and a unit whose
@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import polars as pl
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE
 from batch_assets.ingest.flights import PlannedUnit, plan_flights
 from batch_assets.long_units.windows import WindowSpec, planned_windows
 from batch_assets.schema.results import ResultClass
+from batch_assets.source.decode import TARGET_SAMPLE_RATE
 
 PLAN_SCHEMA = {
     "flight_id": pl.String,

@@ -24,7 +24,7 @@ import posixpath
 import re
 import unicodedata
 
-from batch_assets.audio.decode import AUDIO_EXTENSIONS
+from batch_assets.source.decode import AUDIO_EXTENSIONS
 
 MAX_UNIT_ID = 200
 HASH_DIGITS = 16

@@ -16,7 +16,7 @@ import pathlib
 
 import numpy as np
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, decode_file, suffix_of
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, decode_file, suffix_of
 
 SAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[2] / "sample_data"
 

@@ -27,7 +27,6 @@ from batch_assets.ingest.late_audio import LateChanges, late_changes, list_versi
 from batch_assets.orchestration.alerts import STARTS_WITH, run_days, sensor_status, tell
 from batch_assets.orchestration.jobs import transcribe_partition_job
 from batch_assets.settings import current_settings
-from batch_assets.storage.paths import is_local
 from batch_assets.storage.resource import StorageResource
 
 LISTING_BUDGET_S = 40.0  # under the daemon's 60 s sensor timeout
@@ -60,11 +59,12 @@ def day_changes(storage: StorageResource, day: str) -> LateChanges | None:
     """The day's late changes; None when it has no manifest or no published units to compare with."""
     try:
         manifest = storage.read_parquet("fetched_audio", day, "manifest")
-        published = set(storage.read_parquet("transcripts", day, "units")["unit_id"])
+        units = storage.read_parquet("transcripts", day, "units")
+        published = dict(zip(units["unit_id"], units["result_class"], strict=True))
     except FileNotFoundError:
         return None
     fs, path = storage.filesystem(storage.source_partition_url(day))
-    return late_changes(day, list_versions(fs, path), manifest, published, is_local(fs))
+    return late_changes(day, list_versions(fs, path), manifest, published)
 
 
 def late_run_request(changes: LateChanges) -> dg.RunRequest:

@@ -17,12 +17,19 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "source_uri": "Where the audio object was read from",
     "relative_key": "The object's path under {source}/YYYY-MM-DD/",
     "bytes": "Size of the object in bytes",
-    "version": "The object's storage version when listed: 'etag …' (and 'version_id …') on S3, 'mtime_ns …' locally; "
-               "the GPU step reads only that version (else changed_since_listed)",
+    "etag": "The object's S3 ETag when listed (an opaque token, not an MD5); the GPU step reads only bytes with it "
+            "(else changed_since_listed); null locally",
+    "version_id": "The object's S3 VersionId when listed, on a bucket that keeps versions: the GPU step reads that "
+                  "version; null otherwise",
+    "mtime_ns": "A local object's modification time when listed (ns); the GPU step reads it only if unchanged before "
+                "and after the read; null on S3",
     "probe_bytes": "Bytes of the object read to list it: ranged reads of its header (head and tail), never its body",
     "sha256": "SHA-256 of the object's bytes, computed by the GPU step as it read them (null when it was never read)",
     "duration_s": "Seconds of audio: declared by the header in the manifest and the plan, decoded (16 kHz) in the GPU "
                   "tables",
+    "duration_estimated": "The container states no exact length (a stream written to a pipe or recorded live, an MP3 "
+                          "without a Xing frame): duration_s is the listing's estimate, and the GPU step decodes the "
+                          "object to the end of its stream",
     "declared_duration_s": "Seconds the audio's header declared (a truncated unit decoded fewer)",
     "planned_duration_s": "Seconds the manifest declared when the unit was planned into its flight",
     "sample_rate": "Original sample rate (Hz)",

@@ -38,6 +38,10 @@ INGEST_CLASSES = (
     ResultClass.CHANGED_SINCE_LISTED,
 )
 FINAL_CLASSES = tuple(c for c in ResultClass if c is not ResultClass.OK)
+# The object was never read (storage kept failing, or it was not the object listed): never a final result. A commit
+# holding such a unit is not reused by another run, the late-audio sensor asks for the unit again (once per
+# identity), and a day whose every unit ended so fails the `units_accounted_for` check.
+UNREAD_CLASSES = (ResultClass.FETCH_FAILED, ResultClass.CHANGED_SINCE_LISTED)
 
 # The reason of a `silent` unit (the section's, and a windowed unit's whose every window was silent).
 SILENT_REASON = "no speech detected by VAD"

@@ -7,14 +7,14 @@ only when all of it is what the resumed step would use:
 - the tables' schema version: a digest of every table and fragment schema (columns and types), so a changed column
   changes it without anyone remembering to bump a number;
 - the package version (`batch_assets`, from its installed metadata) and a digest of the code that makes results
-  (`RESULT_CODE`): the rooms a flight's audio and results pass through (decoding, ingest, long units, the models,
-  the schemas, the section core, ASR, diarization, the adapters, the device, the outputs, the switches), each
-  module's syntax tree without its docstrings (comments are not in it). The line: code that runs between an
-  object's bytes and a flight's commit is in; the CLI, the orchestration (Dagster glue, schedules, sensors),
-  the GPU steps' bookkeeping, storage, exports, the gate, training and the settings are out (training makes weights,
-  identified by their checksum; what the steps pass to the section that changes results is in the flight's
-  fingerprint: `gpu/steps/resume.py`). A docstring, a comment or a CLI edit redoes nothing; any other edit of a
-  module in the line redoes every commit;
+  (`RESULT_CODE`): the rooms a flight's audio and results pass through (source objects and their decoding, ingest, long
+  units, the models, the schemas, the section core, ASR, diarization, the adapters, the device, the outputs, the
+  switches), each module's syntax tree without its docstrings (comments are not in it). The line: code that runs between
+  an object's bytes and a flight's commit is in; the CLI, the orchestration (Dagster glue, schedules, sensors), the GPU
+  steps' bookkeeping, storage, exports, the gate, training and the settings are out (training makes weights, identified
+  by their checksum; what the steps pass to the section that changes results is in the flight's fingerprint:
+  `gpu/steps/resume.py`). A docstring, a comment or a CLI edit redoes nothing; any other edit of a module in the line
+  redoes every commit;
 - the models each flight used (`models/identity.py`: a name or path with the sha256 of its local files, a hub
   name with the revision its cache resolved): the diarization pipeline, language identification when one of its
   units' languages was detected, and the ASR model of each language its units were heard in (none, for a
@@ -58,7 +58,7 @@ def schema_version() -> str:
 
 PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]  # batch_assets/ (this file: batch_assets/gpu/outputs/)
 # the code that makes results (the module docstring draws the line), relative to the package
-RESULT_CODE = ("audio", "ingest", "long_units", "models", "schema", "gpu/section", "gpu/asr", "gpu/diarization",
+RESULT_CODE = ("source", "ingest", "long_units", "models", "schema", "gpu/section", "gpu/asr", "gpu/diarization",
                "gpu/adapters", "gpu/device", "gpu/outputs", "switches.py")
 
 

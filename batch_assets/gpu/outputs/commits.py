@@ -5,7 +5,9 @@ run retry from failure or a re-execution from failure of the same run (the same 
 committed flights and processes only the others; so does a new run (`batch-assets run` after a Ctrl-C, a run
 launched again after one failed or was killed with its pod): a flight without a valid commit under its own root
 reuses a valid one (same fingerprint, same identity, whole) of any other root run of the partition, read where it
-lies (`reused`; the shard report and the run's metadata name the run it came from).
+lies (`reused`; the shard report and the run's metadata name the run it came from), unless it holds a unit whose
+object could not be read (`fetch_failed`, `changed_since_listed`: the record's `unread`): a read that failed is read
+again by the next run, never kept as its result.
 
 Layout (through `StorageResource`, so S3 works), per partition and root run:
 `{storage}/gpu_work/{partition}/{root_run_id}/{flight_id}/{vad_units,regions,turns,speakers,outcomes,words}.parquet`
@@ -47,6 +49,7 @@ from batch_assets.gpu.outputs.tables import (
     outcome_tables,
     vad_tables,
 )
+from batch_assets.schema.results import UNREAD_CLASSES
 from batch_assets.storage.paths import is_local, remove_empty_folders, remove_path
 
 WORK_ASSET = "gpu_work"
@@ -119,9 +122,13 @@ class FlightCommits:
         if why is None:
             return None
         for other in self._other_roots().get(flight_id, []):
-            if self._judge(other, flight_id, fingerprint) is None:
-                self.reused[flight_id] = other
-                return None
+            if self._judge(other, flight_id, fingerprint) is not None:
+                continue
+            if unread := self._valid.pop(flight_id).get("unread"):  # a read that failed is no result to keep
+                why = f"run {other}'s commit holds {len(unread)} unit(s) it could not read ({unread[:3]}): read again"
+                continue
+            self.reused[flight_id] = other
+            return None
         return why
 
     def _judge(self, root: str, flight_id: str, fingerprint: str) -> str | None:
@@ -166,7 +173,9 @@ class FlightCommits:
                                              f"{self.root_run_id}/{flight_id}/{name}"))
         record = {"flight_id": flight_id, "fingerprint": fingerprint, "root_run_id": self.root_run_id,
                   "identity": self.identity.used_by(outcomes).to_json(),
-                  "units": units["unit_id"].to_list(), "files": files}
+                  "units": units["unit_id"].to_list(), "files": files,
+                  "unread": units.filter(pl.col("result_class").is_in([str(c) for c in UNREAD_CLASSES]))["unit_id"]
+                  .to_list()}
         self.fence()
         self.storage.write_bytes(self._url(f"{flight_id}.commit.json"), json.dumps(record).encode())
         return record

@@ -48,11 +48,11 @@ from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.routing import resolve_languages
 from batch_assets.gpu.section.stats import SectionStats
-from batch_assets.ingest.flight_audio import DecodedPiece
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
 from batch_assets.schema.results import SILENT_REASON, ResultClass
+from batch_assets.source.flight_audio import DecodedPiece
 
 SAMPLE_RATE = 16_000
 
@@ -111,7 +111,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
                 stats: SectionStats, decoded: dict[str, DecodedPiece] | None = None) -> DeviceDone:
     """Everything of a flight that uses the device. With lever 5 or 6 the diarization calls' forwards are done
     here and the calls themselves are left to `host_work`; otherwise each call runs whole here. `decoded`: how each
-    piece decoded (`ingest/flight_audio.py`): its samples' place in `audio` (the plan's otherwise), or the class and
+    piece decoded (`source/flight_audio.py`): its samples' place in `audio` (the plan's otherwise), or the class and
     reason it has no samples."""
     outcomes: dict[str, UnitOutcome] = {}
     waveforms: dict[str, np.ndarray] = {}

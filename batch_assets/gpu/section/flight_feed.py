@@ -2,7 +2,7 @@
 
 With preparation on, while the section works on one flight background threads (`workers`, the run config's
 `prepare_workers`) load the next flights, never more than the decode budget ahead (at least one flight, even if
-it alone exceeds it), each flight's units fetched and decoded concurrently (`load`: `ingest/flight_audio.py:
+it alone exceeds it), each flight's units fetched and decoded concurrently (`load`: `source/flight_audio.py:
 FlightSource.load`, the run config's `fetch_workers`); whatever was prepared and not consumed is released when the
 section ends. With preparation off, each flight is loaded inside the section, one unit after another: the serial
 baseline.

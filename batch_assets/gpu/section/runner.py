@@ -3,7 +3,7 @@
 `run_section(models, flights, levers, load, commit, section, checkpoint)` is what the GPU steps call
 (`gpu/steps/shard_work.py: process_flights`, for the shard steps and the assembly); the benches reach it through
 those steps, and tests call it directly. It feeds the flights' audio (`load`: fetched and decoded from the source,
-`ingest/flight_audio.py`; prepared ahead or not: lever 1), runs
+`source/flight_audio.py`; prepared ahead or not: lever 1), runs
 VAD -> language -> diarization -> ASR on each (`flight.device_work`, whose ASR stage puts each ASR model's decoder
 in the run's mode before each flight's use of it: `asr_flight.asr_ready`; then `flight.host_work`: lever 6 overlaps a
 flight's host work with the next flight's device work, outside the lock), hands each flight's outcomes to `commit` and
@@ -30,7 +30,7 @@ from batch_assets.gpu.section.flight_feed import FlightFeed
 from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
-from batch_assets.ingest.flight_audio import FlightAudio
+from batch_assets.source.flight_audio import FlightAudio
 
 
 @dataclasses.dataclass(frozen=True)

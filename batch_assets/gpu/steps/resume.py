@@ -17,7 +17,7 @@ Each owner processes its flights that have no valid commit (`FlightCommits.probl
 step, writes nothing while any planned flight lacks a commit.
 
 A flight's fingerprint is what its results depend on: its units in order with their planned offsets, sample
-counts and result classes, each object's size and storage version as listed (`ingest/source_objects.py`: a
+counts and result classes, each object's size and storage version as listed (`source/objects.py`: a
 changed object lists with another version), a window's place in its unit, what the run config gives each unit
 (its speaker hints, its declared language) and, for a `units` rerun, which of its units it processes. A commit made
 for another fingerprint is redone; what else a commit must match is its identity
@@ -37,6 +37,7 @@ import polars as pl
 from batch_assets.gpu.steps.shard_values import ShardSpec
 from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.schema.results import ResultClass
+from batch_assets.source.identity import identity_columns
 
 LEFTOVER_STEP = "gpu_section.gpu_leftover"
 
@@ -56,8 +57,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
     of `units` as an `ok` unit; each with its fingerprint. `inputs`: what the run config gives each unit
     (`run_config.unit_inputs`: hints, declared language), in the fingerprint; a `units` rerun's fingerprint names
     the units it processes, so its commits (those units only) never stand for a whole flight's."""
-    checksums = {uid: f"{size} {version}" for uid, size, version in
-                 zip(manifest["unit_id"], manifest["bytes"], manifest["version"], strict=True)}
+    checksums = {uid: None if identity is None else identity.token()
+                 for uid, identity in zip(manifest["unit_id"], identity_columns(manifest), strict=True)}
     chosen = None if units is None else set(units)
     by_flight: dict[str, list[list]] = {}
     wanted: set[str] = set()

@@ -37,13 +37,14 @@ from batch_assets.gpu.steps.run_config import (
 )
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.stop_requests import StopRequests
-from batch_assets.ingest.flight_audio import flight_source
 from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.steps import lease_refusals_fail, partition_lease
 from batch_assets.settings import current_settings
+from batch_assets.source.fetch import retries_of_run
+from batch_assets.source.flight_audio import flight_source
 from batch_assets.storage.resource import StorageResource
 from batch_assets.switches import SWITCHES
 
@@ -170,7 +171,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
                     asr_batch_size=gpu.asr_batch_size)
     # the whole plan: a resumed windowed unit's layout and window count include its windows already committed
     source = flight_source(plan, manifest, storage.filesystem, levers.unit_fetch_workers,
-                           storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok)
+                           storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok,
+                           retries=retries_of_run(context.run.run_config))
     if levers.prepare_flight_enabled:
         source.start(pending[:1])  # lever 1: the first flight fetched and decoded while the models load
     with contextlib.closing(source):  # a flight started early and a windowed unit's stream the section left

@@ -1,10 +1,14 @@
 """Decode any supported container to 16 kHz mono float32.
 
-soundfile (libsndfile) reads wav, flac, ogg/vorbis and mp3 in-process; what it cannot read (m4a/aac,
-opus in some builds) goes through the ffmpeg binary that the `imageio-ffmpeg` wheel ships, so no system
-package is needed. Multichannel audio is downmixed by averaging; resampling uses soxr (a real
-band-limited resampler, not interpolation). The original rate and channel count are kept for the
-manifest.
+Two decoders, each where it is the better one (`docs/benchmarks.md`: decode CPU per audio-hour):
+- soundfile (libsndfile) in-process: WAV, FLAC, Ogg (Vorbis, Opus) and MP3 whose length it can trust: not a FLAC
+  without a sample count (written to a pipe), not an MP3 without a Xing, Info or VBRI frame (`source/containers.py`:
+  libsndfile stops such an MP3 at its first frame's guess);
+- the ffmpeg binary that the `imageio-ffmpeg` wheel ships (no system package): everything else, to the end of the
+  stream: MP4/M4A/M4V/MOV/3GP (the first audio track; video is never decoded), WebM/MKA, AMR, raw AAC, WMA, CAF,
+  and the FLAC and MP3 streams above; also whatever libsndfile fails to open or read.
+Multichannel audio is downmixed by averaging; resampling uses soxr (a real band-limited resampler, not
+interpolation). The original rate and channel count are kept for the manifest.
 
 `decode_file` streams: it reads a block of frames at a time, downmixes it and feeds soxr's streaming
 resampler (bit-identical to resampling the whole signal at once), writing into one array sized from the
@@ -27,8 +31,13 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from batch_assets.source.containers import MP3_SCAN, UNKNOWN, id3v2_size, mp3_states_its_length
+
 TARGET_SAMPLE_RATE = 16_000
-AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a")
+# what listing takes for audio: recorders', phones', browsers' and meeting tools' files (a video's audio track)
+AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".mp4", ".m4v", ".mov", ".3gp", ".webm", ".mka",
+                    ".amr", ".aac", ".wma", ".caf")
+SOUNDFILE_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus")  # libsndfile decodes these (when it trusts them)
 
 
 class DecodeError(Exception):
@@ -40,6 +49,7 @@ class AudioInfo:
     sample_rate: int
     channels: int
     frames: int
+    estimated: bool = False  # the container states no exact length: `frames` is an estimate
 
     @property
     def duration_s(self) -> float:
@@ -53,8 +63,12 @@ def ffmpeg_exe() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
-_STREAM = re.compile(r"Audio: [^,]+, (\d+) Hz, ([^,]+),")
+_STREAM = re.compile(r"Audio: ([a-z0-9_]+)[^,]*, (\d+) Hz, ([^,]+),(?: ([a-z0-9]+)(?:p|le|be)?\b[^,\n]*)?")
 _DURATION = re.compile(r"Duration: (\d+):(\d+):(\d+(?:\.\d+)?)")
+_BITRATE = re.compile(r"(\d+) kb/s")
+_BITS = {"u8": 8, "s16": 16, "s24": 24, "s32": 32, "flt": 32, "dbl": 64, "s64": 64}
+FLAC_RATIO = 0.6  # a FLAC's bytes per PCM byte, about (speech): a length estimate where none is stated
+FALLBACK_BITRATE_BPS = 32_000  # a compressed stream's bitrate when nothing states one (Opus and Vorbis voice)
 _CHANNEL_NAMES = {"mono": 1, "stereo": 2, "2.1": 3, "quad": 4, "5.0": 5, "5.1": 6, "6.1": 7, "7.1": 8}
 
 
@@ -83,13 +97,13 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
     samples read from a pipe a block at a time (a file input, not a pipe: mp4 containers need to seek).
     `AudioInfo.frames` is the header's estimate; the blocks are what decoded."""
     probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", path], capture_output=True, text=True)
-    info = parse_ffmpeg_header(probe.stderr, need_duration=False)
+    info = parse_ffmpeg_header(probe.stderr, os.path.getsize(path))
     channels = info.channels
 
     def blocks() -> Iterator[np.ndarray]:
         with open(os.path.join(scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full stderr pipe cannot stall it
-            process = subprocess.Popen([ffmpeg_exe(), "-v", "error", "-i", path, "-vn", "-f", "f32le", "-acodec",
-                                        "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
+            process = subprocess.Popen([ffmpeg_exe(), "-v", "error", "-i", path, "-map", "0:a:0", "-vn", "-f", "f32le",
+                                        "-acodec", "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
             try:
                 size, pending = BLOCK_FRAMES * channels * 4, b""
                 while chunk := process.stdout.read(size):
@@ -108,18 +122,25 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
     return info, blocks()
 
 
-def parse_ffmpeg_header(stderr: str, need_duration: bool = True) -> AudioInfo:
-    """Rate, channels and frames (from the duration it reports; 0 if none and not `need_duration`) of the first audio
-    stream in what `ffmpeg -i` printed; `DecodeError` when it names none."""
+def parse_ffmpeg_header(stderr: str, size: int) -> AudioInfo:
+    """Rate, channels and frames of the first audio stream in what `ffmpeg -i` printed of an object of `size` bytes;
+    `DecodeError` when it names none. The frames are ffmpeg's duration, `estimated` where ffmpeg says it estimated
+    it from the bitrate; where it states none (a live WebM or MKA, a FLAC written to a pipe), an estimate from the
+    size and the stream's bitrate (PCM's, or a FLAC's at `FLAC_RATIO`, or `FALLBACK_BITRATE_BPS`)."""
     stream, duration = _STREAM.search(stderr), _DURATION.search(stderr)
-    if stream is None or (duration is None and need_duration):
+    if stream is None:
         last = stderr.strip().splitlines()[-1:] or ["no audio stream"]
         raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
-    rate, frames = int(stream.group(1)), 0
+    codec, rate, channels = stream.group(1), int(stream.group(2)), _channels_from(stream.group(3))
     if duration is not None:
         hours, minutes, seconds = duration.groups()
-        frames = int(round((int(hours) * 3600 + int(minutes) * 60 + float(seconds)) * rate))
-    return AudioInfo(rate, _channels_from(stream.group(2)), frames)
+        seconds = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        return AudioInfo(rate, channels, int(round(seconds * rate)), "Estimating duration from bitrate" in stderr)
+    stated = _BITRATE.search(stderr[stream.start():].split("\n", 1)[0])
+    pcm = rate * channels * _BITS.get(stream.group(4) or "", 16)
+    bitrate = (int(stated.group(1)) * 1000 if stated else pcm if codec.startswith("pcm_")
+               else pcm * FLAC_RATIO if codec == "flac" else FALLBACK_BITRATE_BPS)
+    return AudioInfo(rate, channels, int(size * 8 / bitrate * rate), True)
 
 
 def to_target(samples: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -171,8 +192,30 @@ class _Resampled:
         return self.out[: self.length]
 
 
-def _soundfile_decode(path: str) -> tuple[np.ndarray, AudioInfo]:
-    with sf.SoundFile(path) as handle:
+class UntrustedLength(Exception):
+    """libsndfile would decode this stream only as far as a length its header does not state: ffmpeg decodes it."""
+
+
+def _soundfile_handle(path: str, suffix: str) -> sf.SoundFile:
+    """The file opened by libsndfile when it decodes it whole (`UntrustedLength` when it would not: a FLAC without a
+    sample count, an MP3 without a length frame, a container libsndfile is not used for)."""
+    if suffix not in SOUNDFILE_EXTENSIONS:
+        raise UntrustedLength(f"{suffix} is decoded by ffmpeg")
+    if suffix == ".mp3":
+        with open(path, "rb") as raw:
+            skip = id3v2_size(raw.read(10))
+            raw.seek(skip)
+            if not mp3_states_its_length(raw.read(MP3_SCAN)):
+                raise UntrustedLength("an MP3 without a Xing, Info or VBRI frame")
+    handle = sf.SoundFile(path)
+    if handle.frames >= UNKNOWN:
+        handle.close()
+        raise UntrustedLength("no length stated (a stream written to a pipe)")
+    return handle
+
+
+def _soundfile_decode(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
+    with _soundfile_handle(path, suffix) as handle:
         rate, channels = int(handle.samplerate), int(handle.channels)
         resampled, frames = _Resampled(rate, max(int(handle.frames), 0)), 0
         for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
@@ -183,9 +226,9 @@ def _soundfile_decode(path: str) -> tuple[np.ndarray, AudioInfo]:
 
 def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
     """Decode a local file (container named by `suffix`) to 16 kHz mono float32, and the original format, streaming:
-    soundfile first, ffmpeg for what soundfile cannot open or read."""
+    soundfile where it decodes the whole stream, ffmpeg for the rest and for what soundfile cannot open or read."""
     try:
-        return _soundfile_decode(path)
+        return _soundfile_decode(path, suffix)
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
@@ -205,10 +248,12 @@ def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[tuple[Au
         try:
             yield _ffmpeg_blocks(path, scratch)
         except DecodeError as ffmpeg_error:
+            if isinstance(soundfile_error, UntrustedLength):  # ffmpeg was the decoder: its reason is the reason
+                raise
             raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
-def stream_file(path: str) -> Iterator[np.ndarray]:
+def stream_file(path: str, suffix: str) -> Iterator[np.ndarray]:
     """`decode_file`'s result in pieces, in order, holding one block at a time: how a recording of any length is
     decoded into windows. soundfile first; ffmpeg when soundfile cannot open the file, or from where soundfile
     stopped when it fails part-way (a body cut off: ffmpeg decodes what is there, as `decode_file` does). The
@@ -216,7 +261,7 @@ def stream_file(path: str) -> Iterator[np.ndarray]:
     (there the samples before the failure are soundfile's, the rest ffmpeg's; `decode_file` takes all from ffmpeg)."""
     done = 0
     try:
-        with sf.SoundFile(path) as handle:
+        with _soundfile_handle(path, suffix) as handle:
             resampled = _Resampled(int(handle.samplerate), 0)
             for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
                 for piece in resampled.pieces(block):

@@ -1,9 +1,9 @@
 """A flight's audio, fetched and decoded by the GPU step that processes it: each object read once, nothing stored.
 
 Why: the day streams into the GPU steps. `fetched_audio` lists (headers only) and `prepared_flights` plans
-(`prepare.py`); the step owning a flight reads each of its units' objects once (`source_objects.read_once`: staged
+(`prepare.py`); the step owning a flight reads each of its units' objects once (`source/objects.read_once`: staged
 to a temporary file while its sha256 is computed, checked to be the version listed), decodes it to 16 kHz mono
-float32 (`audio/decode.py`, streaming) and lays the units one after another in the flight's audio. Lever 1
+float32 (`source/decode.py`, streaming) and lays the units one after another in the flight's audio. Lever 1
 (`gpu/section/flight_feed.py`) calls `FlightSource.load` for the next flights on background threads within the
 decode budget while the device works, and the step starts its first flight while its models load (`start`); off,
 the section calls it for each flight, one unit after another.
@@ -11,7 +11,9 @@ the section calls it for each flight, one unit after another.
 Each unit's piece says how it decoded (`DecodedPiece`): where its samples lie, its sha256 and bytes read, or the
 class and reason it did not decode (`changed_since_listed`, `fetch_failed`, `undecodable`, `empty`): one bad unit
 never fails a flight. A unit whose decoded length differs from its listed duration is processed as decoded with a
-reason (`note`); well short of it is `truncated` (`schema/results.py: truncation`).
+reason (`note`); well short of it is `truncated` (`schema/results.py: truncation`), unless the listing only estimated
+its length (`duration_estimated`: the container states none): then what decoded to the end of its stream is the
+unit, with nothing to say.
 
 A windowed unit (`long_units/windows.py`) is decoded streaming into its planned windows: the first load of one of
 its windows stages the object once and opens one decoding stream, each window's load decodes up to its window
@@ -33,12 +35,13 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, suffix_of
-from batch_assets.ingest.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
-from batch_assets.ingest.source_objects import ObjectVersion, ReadObject, read_once
-from batch_assets.ingest.window_stream import WindowStream
 from batch_assets.long_units.windows import WindowSpec, piece_id, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, suffix_of
+from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
+from batch_assets.source.identity import ObjectVersion
+from batch_assets.source.objects import ReadObject, read_once
+from batch_assets.source.window_stream import WindowStream
 
 # Decoded longer than listed by more than this is worth a reason (containers round their durations)
 LENGTH_TOLERANCE_S = 1.0
@@ -53,6 +56,7 @@ class UnitSource:
     relative_key: str
     listed: ObjectVersion
     duration_s: float
+    estimated: bool = False  # the container stated no exact length: `duration_s` is the listing's estimate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +99,11 @@ class FlightAudio:
         return sum(p.bytes_read for p in self.pieces.values())
 
 
-def _length_note(listed_s: float, decoded_s: float) -> tuple[str, bool]:
-    """(reason, truncated) for a unit that decoded to `decoded_s` of `listed_s` listed."""
+def _length_note(listed_s: float, decoded_s: float, estimated: bool = False) -> tuple[str, bool]:
+    """(reason, truncated) for a unit that decoded to `decoded_s` of `listed_s` listed (`estimated`: the listing
+    only estimated it, so a difference says nothing about the object)."""
+    if estimated:
+        return "", False
     if reason := truncation(listed_s, decoded_s):
         return reason, True
     if decoded_s - listed_s > LENGTH_TOLERANCE_S:
@@ -149,7 +156,7 @@ class FlightSource:
         if len(samples) == 0:
             return None, DecodedPiece(problem=(ResultClass.EMPTY, "decoded to zero samples"), sha256=read.sha256,
                                       bytes_read=read.size)
-        note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE)
+        note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated)
         return samples, DecodedPiece(0, len(samples), None, note, truncated, read.sha256, read.size)
 
     def _stream(self, unit_id: str) -> WindowStream:
@@ -167,7 +174,8 @@ class FlightSource:
                     return path, read, stack
 
                 wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
-                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted)
+                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted,
+                                                       suffix_of(unit.relative_key))
             return self._streams[unit_id]
 
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:
@@ -184,7 +192,7 @@ class FlightSource:
                 + f": window {planned.window} of {planned.windows} planned from the listing was not reached"))
         read = stream.read  # the last window's reason says how the unit's length differs; its class stays the
         # window's own (the stitched unit's class comes from its windows')
-        note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE)[0] if last else ""
+        note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated)[0] if last else ""
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
                                      read.size if planned.window == stream.staged_by else 0)
 
@@ -233,14 +241,15 @@ class FlightSource:
 
 def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callable[[str], tuple[object, str]],
                   workers: int = 1, latency_s: float = 0.0, tmp_dir: str | None = None,
-                  load: pl.DataFrame | None = None) -> FlightSource:
+                  load: pl.DataFrame | None = None, retries: RetryPolicy = DEFAULT_RETRIES) -> FlightSource:
     """The `FlightSource` of a partition's plan rows (`prepared_flights`, class ok) and its manifest
     (`fetched_audio`), loading the rows of `load` (default: all of `plan`). `plan` holds every window of a windowed
     unit, its committed windows too: the unit's layout and window count come from them (a resumed unit's stream
     still starts at its first window)."""
     load = plan if load is None else load
     units = {row["unit_id"]: UnitSource(row["unit_id"], row["source_uri"], row["relative_key"],
-                                        ObjectVersion(int(row["bytes"]), row["version"]), float(row["duration_s"]))
+                                        ObjectVersion.of_row(row), float(row["duration_s"]),
+                                        bool(row.get("duration_estimated")))
              for row in manifest.filter(pl.col("unit_id").is_in(load["unit_id"].unique().to_list()))
              .iter_rows(named=True)}
     windowed = plan.filter(pl.col("window").is_not_null()).sort("unit_id", "window")
@@ -256,4 +265,4 @@ def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callab
     for row in load.sort("flight_id", "position", maintain_order=True).iter_rows(named=True):
         pieces.setdefault(row["flight_id"], []).append(PlannedPiece(
             row["unit_id"], row["window"], counts.get(row["unit_id"], 1), float(row["duration_s"])))
-    return FlightSource(pieces, units, filesystem, workers, windows=windows, tmp_dir=tmp_dir, latency_s=latency_s)
+    return FlightSource(pieces, units, filesystem, workers, retries, windows, tmp_dir, latency_s)

@@ -17,7 +17,7 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import BinaryIO, TypeVar
 
 T = TypeVar("T")
@@ -68,6 +68,14 @@ class RetryPolicy:
 
 
 DEFAULT_RETRIES = RetryPolicy()
+
+
+def retries_of_run(run_config: Mapping) -> RetryPolicy:
+    """The read retries a run gives `fetched_audio` (`retry_attempts`, `retry_base_delay_seconds`; the defaults
+    where it gives none): the GPU step reads each object whole with the same policy as the listing read its head."""
+    config = ((run_config.get("ops") or {}).get("fetched_audio") or {}).get("config") or {}
+    return RetryPolicy(int(config.get("retry_attempts", DEFAULT_RETRIES.attempts)),
+                       float(config.get("retry_base_delay_seconds", DEFAULT_RETRIES.base_delay_s)))
 
 
 def with_retries(action: Callable[[], T], policy: RetryPolicy = DEFAULT_RETRIES) -> T:

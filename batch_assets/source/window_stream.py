@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from batch_assets.audio.decode import TARGET_SAMPLE_RATE, DecodeError, stream_file
-from batch_assets.ingest.fetch import ChangedSinceListed, FetchError
-from batch_assets.ingest.source_objects import ReadObject
 from batch_assets.long_units.windows import WindowSpec, split_windows
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, stream_file
+from batch_assets.source.fetch import ChangedSinceListed, FetchError
+from batch_assets.source.objects import ReadObject
 
 
 class WindowStream:
@@ -29,8 +29,8 @@ class WindowStream:
     dropped (committed by an earlier run). The stream closes once every wanted window has been taken."""
 
     def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
-                 wanted: set[int]):
-        self.stage, self.spec, self.wanted = stage, spec, set(wanted)
+                 wanted: set[int], suffix: str):
+        self.stage, self.spec, self.wanted, self.suffix = stage, spec, set(wanted), suffix
         self.lock = threading.Lock()
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
         self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
@@ -48,7 +48,7 @@ class WindowStream:
                 if self.windows is None and self.next == 0:
                     path, self.read, self.stack = self.stage()
                     self.staged_by = window
-                    self.windows = split_windows(stream_file(path), self.spec)
+                    self.windows = split_windows(stream_file(path, self.suffix), self.spec)
                 while self.windows is not None and self.next <= window:
                     index = self.next
                     start_s, samples = next(self.windows, (None, None))
