@@ -2,7 +2,7 @@
 
 Each is encoded by the ffmpeg `imageio-ffmpeg` ships, as its writer does: to a pipe where the writer streams
 (no length in the header: a piped FLAC and WAV, a live WebM and MKA, a fragmented MP4), a VBR MP3 without a Xing
-frame, an MP3 with 300 KiB of cover art in its ID3v2 tag, video with an AAC track (a meeting recording, a screen
+frame, an MP3 with about 150 KiB of cover art in its ID3v2 tag, video with an AAC track (a meeting recording, a screen
 capture), AMR from a phone, raw ADTS AAC, WMA, CAF, Opus in Ogg. `ENCODINGS` gives the ffmpeg arguments and
 whether the output goes to a pipe; `write_recorder_day` writes them and the dialogue itself (`dialogue.wav`).
 """
@@ -26,7 +26,9 @@ ENCODINGS: dict[str, tuple[list[str], str, bool, bool]] = {
     "recorder/field.wma": (["-c:a", "wmav2", "-b:a", "64k"], "asf", False, False),
     "recorder/dictation.caf": (["-c:a", "pcm_s16le"], "caf", False, False),
     "phone/voice_memo.m4a": (["-c:a", "aac", "-b:a", "64k"], "ipod", False, False),
-    "phone/live.m4a": (["-c:a", "aac", "-b:a", "64k", "-movflags", "frag_keyframe+empty_moov"], "mp4", True, False),
+    # 2 s fragments, as live recorders write them (ffmpeg's frag_keyframe on audio alone writes 300 s it cannot read)
+    "phone/live.m4a": (["-c:a", "aac", "-b:a", "64k", "-movflags", "empty_moov+default_base_moof", "-frag_duration",
+                        "2000000"], "mp4", True, False),
     "phone/call.amr": (["-ar", "8000", "-c:a", "libopencore_amrnb", "-b:a", "12.2k"], "amr", False, False),
     "phone/call.3gp": (["-ar", "8000", "-c:a", "libopencore_amrnb", "-b:a", "12.2k"], "3gp", False, False),
     "phone/stream.aac": (["-c:a", "aac", "-b:a", "64k"], "adts", False, False),
@@ -37,7 +39,7 @@ ENCODINGS: dict[str, tuple[list[str], str, bool, bool]] = {
     "meetings/screen.mov": (_AUDIO_AND_VIDEO, "mov", False, True),
     "podcast/vbr_no_xing.mp3": (["-c:a", "libmp3lame", "-q:a", "6", "-write_xing", "0"], "mp3", False, False),
 }
-COVER_ART = "podcast/cover_art.mp3"  # an MP3 behind a 300 KiB ID3v2 tag (APIC)
+COVER_ART = "podcast/cover_art.mp3"  # an MP3 behind a 150 KiB ID3v2 tag (APIC)
 
 
 def _encode(target: pathlib.Path, inputs: list[str], args: list[str], fmt: str, piped: bool) -> None:
@@ -51,12 +53,13 @@ def _encode(target: pathlib.Path, inputs: list[str], args: list[str], fmt: str, 
 
 
 def write_recorder_day(folder: pathlib.Path, seconds: float | None = None) -> dict[str, pathlib.Path]:
-    """Every encoding of the dialogue's first `seconds` (all of it: None) under `folder`, plus `dialogue.wav`
-    (16 kHz PCM); returns relative key -> path."""
+    """Every encoding of the dialogue's first `seconds` (all of it: None; longer: the dialogue looped) under `folder`,
+    plus `dialogue.wav` (16 kHz PCM); returns relative key -> path."""
     folder.mkdir(parents=True, exist_ok=True)
     cut = [] if seconds is None else ["-t", f"{seconds}"]
     dialogue = folder / "dialogue.wav"
-    _encode(dialogue, ["-i", str(DIALOGUE)], [*cut, "-c:a", "pcm_s16le"], "wav", False)
+    _encode(dialogue, ["-stream_loop", "-1", "-i", str(DIALOGUE)] if cut else ["-i", str(DIALOGUE)],
+            [*cut, "-c:a", "pcm_s16le"], "wav", False)
     written = {"dialogue.wav": dialogue}
     for name, (args, fmt, piped, video) in ENCODINGS.items():
         inputs = [*_VIDEO, "-i", str(dialogue)] if video else ["-i", str(dialogue)]

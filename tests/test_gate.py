@@ -252,6 +252,25 @@ def test_asset_checks_run_in_materialize(sample_run):
                                     "exports_match_tables": True}
 
 
+def test_a_day_whose_every_unit_went_unread_fails_the_error_check(runs):
+    """Issue 64: a versioned bucket left every unit changed_since_listed, and the run succeeded with every check
+    passing. A day whose every listed unit went unread (fetch_failed or changed_since_listed) fails
+    `units_accounted_for`, an ERROR check (the failed-check sensor alerts); one unit read is enough to pass."""
+    from batch_assets.gate.checks import _accounted_for
+
+    _, candidate = runs
+    assert _accounted_for(candidate, P)[0]
+    unread = ["changed_since_listed", "fetch_failed"]
+    _rewrite(candidate, "transcripts", "units", lambda f: f.with_columns(
+        pl.Series("result_class", [unread[i % 2] for i in range(f.height)])))
+    passed, metadata = _accounted_for(candidate, P)
+    assert not passed and metadata["unread"] == metadata["units"] and "went unread" in metadata["problem"]
+    _rewrite(candidate, "transcripts", "units", lambda f: f.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(pl.lit("transcribed")).otherwise("result_class")
+        .alias("result_class")))
+    assert _accounted_for(candidate, P)[0]
+
+
 def test_gate_check_against_a_configured_baseline(runs, tmp_path, lock_dir):
     from batch_assets.gate.checks import BaselineResource, gate_against_baseline
 

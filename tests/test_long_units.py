@@ -253,6 +253,31 @@ def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_th
     assert all(out[name].is_empty() for name in out if name != "outcomes")
 
 
+def test_a_unit_whose_stream_ends_before_its_last_window_keeps_the_windows_that_decoded():
+    """Issue 64: a long unit whose decode ended before its last planned window was published `truncated` with no
+    rows, though its first window was transcribed. Now it keeps that window's rows, as a whole unit cut short keeps
+    its words, and its reason names the window not reached."""
+    from batch_assets.long_units.stitching import stitch
+
+    fragments, plan = _two_windows("silent")
+    swap = {"u.w0000": "u.w0001", "u.w0001": "u.w0000"}  # the speech in the first window, the second not reached
+    fragments = {name: frame.with_columns(pl.col("unit_id").replace(swap)) for name, frame in fragments.items()}
+    missing = ("truncated: decoded 90.0 s of 150.0 s declared (60.0 s missing): window 1 of 2 planned from the "
+               "listing was not reached")
+    fragments["outcomes"] = fragments["outcomes"].with_columns(
+        pl.when(pl.col("unit_id") == "u.w0001").then(pl.lit("truncated")).otherwise("result_class").alias(
+            "result_class"),
+        pl.when(pl.col("unit_id") == "u.w0001").then(pl.lit(missing)).otherwise("reason").alias("reason"))
+    fragments = {name: frame.filter(pl.col("unit_id") != "u.w0001") if name != "outcomes" else frame
+                 for name, frame in fragments.items()}
+    out = stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
+                 read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
+    unit = out["outcomes"].row(0, named=True)
+    assert (unit["result_class"], unit["num_words"], unit["text"]) == ("truncated", 1, "yes"), unit
+    assert unit["reason"] == f"window 1 (80-150 s) of 2: {missing}"
+    assert out["words"].select("word", "start_s").rows() == [("yes", 21.0)]
+
+
 def _voices(rng, windows: list[list[int]], noise: float = 0.15):
     """Speakers of windows: `windows[w]` lists the true voices present in window w (each a local label)."""
     truth = np.linalg.qr(rng.normal(size=(16, 16)))[0][:5]  # orthogonal voices

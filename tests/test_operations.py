@@ -162,3 +162,20 @@ def test_progress_is_one_line_rewritten_on_a_terminal_and_a_line_each_elsewhere(
         terminal.line("  ok     gpu_section.gpu_shard")
     assert not terminal.live
     assert (tmp_path / "out.txt").read_text() == f"{first}\n{last}\n  ok     gpu_section.gpu_shard\n"
+
+
+def test_a_run_on_your_own_audio_with_a_builtin_model_says_how_to_run_the_production_ones():
+    """Issue 64: a real telephone call came back `transcribed` with a word error rate of 1.02 and one speaker, and
+    nothing said the builtin models hear only synthetic speech."""
+    from batch_assets.cli.run_output import BUILTIN_NOTE, builtin_model_note
+    from batch_assets.storage.resource import DEFAULT_SOURCE_URL
+
+    builtin = {"asr": {"en": "builtin:tiny-tdt"}, "language_id": None, "diarization": "builtin:tiny-diarization"}
+    production = {"asr": {"en": "nvidia/parakeet-tdt-0.6b-v2"}, "language_id": "langid_ambernet",
+                  "diarization": "pyannote/speaker-diarization-community-1"}
+    assert builtin_model_note(builtin, "s3://calls/audio", DEFAULT_SOURCE_URL) == BUILTIN_NOTE
+    assert "--asr-models production" in BUILTIN_NOTE and "community-1" in BUILTIN_NOTE
+    assert builtin_model_note(builtin, DEFAULT_SOURCE_URL + "/", DEFAULT_SOURCE_URL) is None  # the bundled sample
+    assert builtin_model_note(production, "s3://calls/audio", DEFAULT_SOURCE_URL) is None
+    mixed = production | {"diarization": "builtin:tiny-diarization"}
+    assert builtin_model_note(mixed, "/data/calls", DEFAULT_SOURCE_URL) == BUILTIN_NOTE

@@ -43,6 +43,18 @@ def test_shards_are_whole_flights_in_plan_order_and_deterministic():
     assert plan_shards([], 100.0) == [[]]
 
 
+def test_a_long_units_windows_stay_in_one_shard():
+    """Issue 64: a unit's windows could fall into two shards, and each step read the whole object again."""
+    from batch_assets.gpu.steps.resume import PlannedFlight, shards_of
+
+    planned = [PlannedFlight("f0", 100.0, 1, "a"), PlannedFlight("f1", 100.0, 1, "b", ("long",)),
+               PlannedFlight("f2", 100.0, 1, "c", ("long",)), PlannedFlight("f3", 100.0, 2, "d", ("long", "next")),
+               PlannedFlight("f4", 100.0, 1, "e", ("next",)), PlannedFlight("f5", 100.0, 1, "f")]
+    assert plan_shards([(f.flight_id, f.audio_s) for f in planned], 150.0) == [[f"f{i}"] for i in range(6)]
+    assert shards_of(planned, 150.0) == [["f0"], ["f1", "f2", "f3", "f4"], ["f5"]]
+    assert shards_of(planned, 250.0) == [["f0", "f1", "f2", "f3", "f4"], ["f5"]]
+
+
 @pytest.mark.e2e
 def test_a_partition_in_several_shards_gives_the_same_tables_as_one_shard(flights_of_one, tmp_path, lock_dir):
     resources = make_resources(tmp_path / "storage", lock_dir)

@@ -27,7 +27,7 @@ from batch_assets.cli.stopping import StopGuard, cancel_interrupted_run, free_fi
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
-from batch_assets.storage.resource import REPO_ROOT, SAMPLE_PARTITION
+from batch_assets.storage.resource import DEFAULT_SOURCE_URL, REPO_ROOT, SAMPLE_PARTITION
 
 
 @contextlib.contextmanager
@@ -75,7 +75,13 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
-    from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, failure_text, partition_summary
+    from batch_assets.cli.run_output import (
+        LAUNCH_TAG,
+        RunWatcher,
+        builtin_model_note,
+        failure_text,
+        partition_summary,
+    )
     from batch_assets.definitions import storage_from_env
     from batch_assets.orchestration.dead_runs import free_dead_runs
     from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key, daily_partitions
@@ -144,6 +150,8 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         emit(f"run {result.run_id} succeeded in {wall_s:.1f} s: asr {routing}, language id "
              f"{models.get('language_id', '?')}, diarization {models.get('diarization', '?')}, device "
              f"{gpu.get('device', '?')}")
+        if note := builtin_model_note(models, storage.source_url, DEFAULT_SOURCE_URL):
+            emit(note)
         first = partitions[0]
         emit("next:")
         emit(f"  batch-assets show --partition {first}                        speaker-attributed transcripts")

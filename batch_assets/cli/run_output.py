@@ -18,6 +18,7 @@ from typing import TextIO
 import dagster as dg
 
 from batch_assets.gpu.steps.progress import PREFIX as PROGRESS_PREFIX
+from batch_assets.models.names import is_builtin
 
 LAUNCH_TAG = "batch_assets/cli_launch"  # finds the run that `execute_job` creates, before it returns
 # what a step's materializations say about it, in this order (the first partition's, summed over partitions)
@@ -236,3 +237,18 @@ def partition_summary(storage, partition: str) -> str:
                  f"{{fetched_audio,prepared_flights,vad_scores,diarization,transcripts}}/{partition}/, "
                  f"files under {storage.output_url('transcript_exports', partition)}/")
     return "\n".join(lines)
+
+
+BUILTIN_NOTE = ("note: the builtin models are trained on synthetic (espeak-ng) speech only: on real recordings expect "
+                "few right words and one speaker. For your own audio run the production models: --asr-models "
+                "production --diarization-pipeline pyannote/speaker-diarization-community-1, and "
+                "BATCH_ASSETS_LANGUAGE_ID_MODEL=langid_ambernet (README: Production models)")
+
+
+def builtin_model_note(models: dict, source_url: str, sample_url: str) -> str | None:
+    """`BUILTIN_NOTE` when a run on a source other than the bundled sample (`sample_url`) used a builtin model
+    (`models`: the `transcripts` materialization's: asr by language, language_id, diarization); else None."""
+    used = [*(models.get("asr") or {}).values(), models.get("language_id"), models.get("diarization")]
+    if source_url.rstrip("/") == sample_url.rstrip("/") or not any(is_builtin(str(m or "")) for m in used):
+        return None
+    return BUILTIN_NOTE

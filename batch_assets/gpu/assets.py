@@ -31,7 +31,7 @@ from batch_assets.gpu.outputs.tables import tables_to_keep
 from batch_assets.gpu.steps.assembly import assemble_one
 from batch_assets.gpu.steps.leftovers import leftover_specs
 from batch_assets.gpu.steps.resources import GpuResource
-from batch_assets.gpu.steps.resume import shard_mapping_key, shard_specs
+from batch_assets.gpu.steps.resume import shard_mapping_key, shard_specs, shards_of
 from batch_assets.gpu.steps.run_config import (
     AssembleConfig,
     ListConfig,
@@ -43,7 +43,6 @@ from batch_assets.gpu.steps.run_config import (
 )
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.shard_work import read_planned_flights, run_shard, selected_units
-from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.gpu.steps.stop_requests import stop_requests
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
@@ -107,7 +106,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
                 except ValueError as error:
                     raise dg.Failure(str(error), allow_retries=False) from error
             flights = read_planned_flights(storage, partition, manifest, chosen)
-            shards = plan_shards([(f.flight_id, f.audio_s) for f in flights], config.shard_audio_seconds)
+            shards = shards_of(flights, config.shard_audio_seconds)
             context.log.info(f"{partition}: {len(flights)} flights in {len(shards)} shard(s) of at most "
                              f"{config.shard_audio_seconds:.0f} audio seconds")
             for spec in shard_specs(partition, shards, flights, chosen):

@@ -4,7 +4,9 @@ Every window's times are shifted to the unit's clock; each window keeps its *cor
 overlap with the previous window to the middle of the overlap with the next (a word belongs to the window whose
 core holds its midpoint; turns and speech regions are clipped to the cores and rejoined where they meet); a unit
 one of whose windows failed is `failed`, its reason naming the window, with no other rows (its other windows'
-results are not published: rerun the unit); and the windows' speakers are linked (`windows.link_speakers`), so a
+results are not published: rerun the unit); a unit whose stream ended before its last windows (decoded shorter than
+listed) is `truncated`, its reason naming the first window not reached, with the rows of the windows that decoded,
+as a whole unit cut short keeps its words; and the windows' speakers are linked (`windows.link_speakers`), so a
 voice keeps one label for the whole recording. The segmentation scores of the cores are written as one array on
 the unit's own regular chunk grid (windows start on whole seconds, a multiple of the segmentation step),
 streamed window by window.
@@ -177,7 +179,14 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
                 for r in fragments["outcomes"].filter(pl.col("unit_id").is_in(pieces)).iter_rows(named=True)}
     if len(outcomes) < len(pieces):
         return None
-    ordered, unit_cores, index = [outcomes[p] for p in pieces], cores(windows), {p: i for i, p in enumerate(pieces)}
+    ordered = [outcomes[p] for p in pieces]
+    cut = next((i for i, o in enumerate(ordered) if o["result_class"] == ResultClass.TRUNCATED), None)
+    cut_reason = None
+    if cut and all(o["result_class"] == ResultClass.TRUNCATED for o in ordered[cut:]):
+        # the stream ended before these windows: the unit is the windows that decoded, classed truncated
+        cut_reason = _window_reason(ordered[cut], windows[cut], windows)
+        windows, pieces, ordered = windows[:cut], pieces[:cut], ordered[:cut]
+    unit_cores, index = cores(windows), {p: i for i, p in enumerate(pieces)}
     result_class, reason = _unit_class(ordered, windows)
     duration = windows[-1].start_s + ordered[-1]["duration_s"]
     sha256 = next((o["sha256"] for o in ordered if o.get("sha256")), None)
@@ -212,6 +221,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     language = _unit_language(ordered)
     if result_class != ResultClass.TRANSCRIBED:  # silent or unsupported_language: no words
         words = words.clear()
+    if cut_reason is not None:  # what decoded keeps its rows, as a whole unit's does
+        result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (cut_reason, reason) if r)[:500]
     words = words.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("word_index"),
                                pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
     vad_rows = [r for p in pieces for r in fragments["vad_units"].filter(pl.col("unit_id") == p).iter_rows(named=True)]

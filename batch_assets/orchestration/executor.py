@@ -1,16 +1,16 @@
 """Which executor runs the steps: one pod per step on Kubernetes, one forked process per step elsewhere.
 
-`BATCH_ASSETS_EXECUTOR=k8s` (set by the Helm values) selects dagster-k8s's `k8s_job_executor`, so each GPU
-step (the shards and the assembly) gets its own pod with the `dagster-k8s/config` from its op tags (one
-`nvidia.com/gpu`, node selector, tolerations) while the CPU steps run in plain pods. dagster-k8s is imported only
-when selected. `multiprocess` (the default, also when unset or empty) is Dagster's default executor
-(`multi_or_in_process_executor`: a process per step, or `in_process` in the run config) with one change: a run's
-step processes are forked from a forkserver that imported the code location and Dagster's instance storage once
-per run (`FORKSERVER_PRELOAD`), not each a fresh interpreter importing them again. Why: a fresh step process spent
-2-4 s of CPU on those imports before its own work; a run of a one-unit day has about a dozen steps (measured here,
-`batch-assets run`: 70 s spawned, 41 s forked). The model libraries are not preloaded: only the GPU steps import
-them, and a run that never reaches one would wait for them. A run config that names a `start_method` (`spawn`,
-or `forkserver` with its own `preload_modules`) gets what it names. With the multiprocess executor, its
+`BATCH_ASSETS_EXECUTOR=k8s` (set by the Helm values) selects dagster-k8s's `k8s_job_executor`, so each GPU step (the
+shards and their leftover steps) gets its own pod with the `dagster-k8s/config` from its op tags (one
+`nvidia.com/gpu`, node selector, tolerations) while the CPU steps (the assembly among them) run in plain pods.
+dagster-k8s is imported only when selected. `multiprocess` (the default, also when unset or empty) is Dagster's
+default executor (`multi_or_in_process_executor`: a process per step, or `in_process` in the run config) with one
+change: a run's step processes are forked from a forkserver that imported the code location and Dagster's instance
+storage once per run (`FORKSERVER_PRELOAD`), not each a fresh interpreter importing them again. Why: a fresh step
+process spent 2-4 s of CPU on those imports before its own work; a run of a one-unit day has about a dozen steps
+(measured here, `batch-assets run`: 70 s spawned, 41 s forked). The model libraries are not preloaded: only the GPU
+steps import them, and a run that never reaches one would wait for them. A run config that names a `start_method`
+(`spawn`, or `forkserver` with its own `preload_modules`) gets what it names. With the multiprocess executor, its
 coordinator sleeps while a step waits for a pool slot (`dagster_adapter.py`).
 """
 

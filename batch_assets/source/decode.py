@@ -50,6 +50,7 @@ class AudioInfo:
     channels: int
     frames: int
     estimated: bool = False  # the container states no exact length: `frames` is an estimate
+    stopped: str = ""  # the decoder gave up part-way, after it had decoded `frames`: what it said
 
     @property
     def duration_s(self) -> float:
@@ -66,6 +67,7 @@ def ffmpeg_exe() -> str:
 _STREAM = re.compile(r"Audio: ([a-z0-9_]+)[^,]*, (\d+) Hz, ([^,]+),(?: ([a-z0-9]+)(?:p|le|be)?\b[^,\n]*)?")
 _DURATION = re.compile(r"Duration: (\d+):(\d+):(\d+(?:\.\d+)?)")
 _BITRATE = re.compile(r"(\d+) kb/s")
+_CONTEXT = re.compile(r"\[[^\]]* @ 0x[0-9a-f]+\]\s*")  # ffmpeg's "[aac @ 0x55…]" before a message
 _BITS = {"u8": 8, "s16": 16, "s24": 24, "s32": 32, "flt": 32, "dbl": 64, "s64": 64}
 FLAC_RATIO = 0.6  # a FLAC's bytes per PCM byte, about (speech): a length estimate where none is stated
 FALLBACK_BITRATE_BPS = 32_000  # a compressed stream's bitrate when nothing states one (Opus and Vorbis voice)
@@ -92,18 +94,23 @@ def _with_tempfile(data: bytes, suffix: str):
 BLOCK_FRAMES = 16384  # frames read, downmixed and resampled at a time
 
 
-def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndarray]]:
-    """Decode with ffmpeg at the native rate and channel count (our downmix and resampler do the rest), its float
-    samples read from a pipe a block at a time (a file input, not a pipe: mp4 containers need to seek).
-    `AudioInfo.frames` is the header's estimate; the blocks are what decoded."""
-    probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", path], capture_output=True, text=True)
-    info = parse_ffmpeg_header(probe.stderr, os.path.getsize(path))
-    channels = info.channels
+class _FfmpegStream:
+    """A file decoded by ffmpeg at its native rate and channel count (our downmix and resampler do the rest): iterate
+    for its float samples, read from a pipe a block at a time (a file input, not a pipe: mp4 containers need to
+    seek). `info.frames` is the header's estimate; the blocks are what decoded. ffmpeg skips a corrupt packet and
+    goes on; where it gives up after it decoded audio, `stopped` holds what it said (the audio before is kept: the
+    caller judges the unit cut short); where it decoded nothing, iterating raises `DecodeError`."""
 
-    def blocks() -> Iterator[np.ndarray]:
-        with open(os.path.join(scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full stderr pipe cannot stall it
-            process = subprocess.Popen([ffmpeg_exe(), "-v", "error", "-i", path, "-map", "0:a:0", "-vn", "-f", "f32le",
-                                        "-acodec", "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
+    def __init__(self, path: str, scratch: str):
+        self.path, self.scratch, self.stopped = path, scratch, ""
+        probe = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", path], capture_output=True, text=True)
+        self.info = parse_ffmpeg_header(probe.stderr, os.path.getsize(path))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        channels, decoded = self.info.channels, False
+        with open(os.path.join(self.scratch, "ffmpeg.log"), "w+b") as errors:  # a file: a full pipe cannot stall it
+            process = subprocess.Popen([ffmpeg_exe(), "-v", "error", "-i", self.path, "-map", "0:a:0", "-vn", "-f",
+                                        "f32le", "-acodec", "pcm_f32le", "-"], stdout=subprocess.PIPE, stderr=errors)
             try:
                 size, pending = BLOCK_FRAMES * channels * 4, b""
                 while chunk := process.stdout.read(size):
@@ -111,23 +118,27 @@ def _ffmpeg_blocks(path: str, scratch: str) -> tuple[AudioInfo, Iterator[np.ndar
                     usable = len(chunk) - len(chunk) % (4 * channels)
                     pending = chunk[usable:]
                     if usable:
+                        decoded = True
                         yield np.frombuffer(chunk[:usable], dtype="<f4").reshape(-1, channels)
             finally:
                 process.stdout.close()
                 code = process.wait()
             if code != 0:
                 errors.seek(0)
-                raise DecodeError(f"ffmpeg could not decode: {errors.read().decode(errors='replace').strip()[:200]}")
+                said = list(dict.fromkeys(_CONTEXT.sub("", line).strip()  # its first distinct words, no addresses
+                                          for line in errors.read().decode(errors="replace").splitlines()))
+                if not decoded:
+                    raise DecodeError(f"ffmpeg could not decode: {'; '.join(said)[:200]}")
+                self.stopped = f"ffmpeg stopped (exit {code}): {'; '.join(said[:2])[:200]}"
 
-    return info, blocks()
 
-
-def parse_ffmpeg_header(stderr: str, size: int) -> AudioInfo:
+def parse_ffmpeg_header(stderr: str, size: int, by_size: bool = False) -> AudioInfo:
     """Rate, channels and frames of the first audio stream in what `ffmpeg -i` printed of an object of `size` bytes;
     `DecodeError` when it names none. The frames are ffmpeg's duration, `estimated` where ffmpeg says it estimated
-    it from the bitrate; where it states none (a live WebM or MKA, a FLAC written to a pipe), an estimate from the
-    size and the stream's bitrate (PCM's, or a FLAC's at `FLAC_RATIO`, or `FALLBACK_BITRATE_BPS`)."""
-    stream, duration = _STREAM.search(stderr), _DURATION.search(stderr)
+    it from the bitrate; where it states none (a live WebM or MKA, a FLAC written to a pipe) or `by_size` (the
+    container states none, whatever ffmpeg made of the first fragment), an estimate from the size and the stream's
+    bitrate (as stated, else PCM's, or a FLAC's at `FLAC_RATIO`, or `FALLBACK_BITRATE_BPS`)."""
+    stream, duration = _STREAM.search(stderr), None if by_size else _DURATION.search(stderr)
     if stream is None:
         last = stderr.strip().splitlines()[-1:] or ["no audio stream"]
         raise DecodeError(f"ffmpeg found no audio stream: {last[0][:200]}")
@@ -232,21 +243,22 @@ def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
-        with _ffmpeg_fallback(path, soundfile_error) as (info, blocks):
+        with _ffmpeg_fallback(path, soundfile_error) as stream:
+            info = stream.info
             resampled, frames = _Resampled(info.sample_rate, info.frames), 0
-            for block in blocks:
+            for block in stream:
                 resampled.add(block)
                 frames += len(block)
-            return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames)
+            return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames, stopped=stream.stopped)
 
 
 @contextlib.contextmanager
-def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[tuple[AudioInfo, Iterator[np.ndarray]]]:
-    """ffmpeg's header and blocks of a file soundfile could not read (in a scratch folder beside it); a failure of
-    ffmpeg too is one `DecodeError` naming both decoders' reasons."""
+def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[_FfmpegStream]:
+    """ffmpeg's decode of a file soundfile does not decode (in a scratch folder beside it); a failure of ffmpeg too
+    is one `DecodeError` naming both decoders' reasons."""
     with tempfile.TemporaryDirectory(prefix="decode-", dir=os.path.dirname(path)) as scratch:
         try:
-            yield _ffmpeg_blocks(path, scratch)
+            yield _FfmpegStream(path, scratch)
         except DecodeError as ffmpeg_error:
             if isinstance(soundfile_error, UntrustedLength):  # ffmpeg was the decoder: its reason is the reason
                 raise
@@ -271,9 +283,9 @@ def stream_file(path: str, suffix: str) -> Iterator[np.ndarray]:
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
-        with _ffmpeg_fallback(path, soundfile_error) as (info, blocks):
-            resampled = _Resampled(info.sample_rate, 0)
-            for block in blocks:
+        with _ffmpeg_fallback(path, soundfile_error) as stream:
+            resampled = _Resampled(stream.info.sample_rate, 0)
+            for block in stream:
                 for piece in resampled.pieces(block):
                     if len(piece) <= done:  # soundfile's samples of the same stretch were given already
                         done -= len(piece)

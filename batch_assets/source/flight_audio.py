@@ -99,13 +99,17 @@ class FlightAudio:
         return sum(p.bytes_read for p in self.pieces.values())
 
 
-def _length_note(listed_s: float, decoded_s: float, estimated: bool = False) -> tuple[str, bool]:
+def _length_note(listed_s: float, decoded_s: float, estimated: bool = False, stopped: str = "") -> tuple[str, bool]:
     """(reason, truncated) for a unit that decoded to `decoded_s` of `listed_s` listed (`estimated`: the listing
-    only estimated it, so a difference says nothing about the object)."""
+    only estimated it, so a difference says nothing about the object; `stopped`: the decoder gave up part-way)."""
     if estimated:
+        if stopped:
+            return f"truncated: {stopped}; decoded {decoded_s:.1f} s of about {listed_s:.1f} s estimated", True
         return "", False
     if reason := truncation(listed_s, decoded_s):
-        return reason, True
+        return reason + (f" ({stopped})" if stopped else ""), True
+    if stopped:
+        return f"{stopped}; decoded {decoded_s:.1f} s of {listed_s:.1f} s listed", False
     if decoded_s - listed_s > LENGTH_TOLERANCE_S:
         return f"decoded {decoded_s:.1f} s, {listed_s:.1f} s listed: processed as decoded", False
     return "", False
@@ -150,13 +154,14 @@ class FlightSource:
         unit = self.units[planned.unit_id]
         try:
             with self._staged(unit) as (path, read):
-                samples = decode_file(path, suffix_of(unit.relative_key))[0]
+                samples, decoded = decode_file(path, suffix_of(unit.relative_key))
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, _failed(error)
         if len(samples) == 0:
             return None, DecodedPiece(problem=(ResultClass.EMPTY, "decoded to zero samples"), sha256=read.sha256,
                                       bytes_read=read.size)
-        note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated)
+        note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated,
+                                       decoded.stopped)
         return samples, DecodedPiece(0, len(samples), None, note, truncated, read.sha256, read.size)
 
     def _stream(self, unit_id: str) -> WindowStream:

@@ -1,18 +1,19 @@
 """Rate, channels and length of an audio object from ranged reads of its head (and tail), never its whole body.
 
-Why: listing a partition (`ingest/manifest.py`) must not download it; the GPU steps read each object once, to
-decode it (`source/flight_audio.py`). `RangedFile` is a seekable, read-only file over ranged reads (`read_range(start,
-end)`: one GET with a Range on S3, a `pread` locally) in aligned blocks of `BLOCK` (16 KiB), each block read at
-most once, every byte counted. The probe reads what each container asks for, and no more:
+Why: listing a partition (`ingest/manifest.py`) must not download it; the GPU steps read each object once, to decode
+it (`source/flight_audio.py`). `RangedFile` is a seekable, read-only file over ranged reads (`read_range(start,
+end)`: one GET with a Range on S3, a `pread` locally) in aligned blocks of `BLOCK` (8 KiB), each block read at most
+once, every byte counted; the last `tail` bytes are one block of their own. The probe reads what each container asks
+for, and no more:
 
 - An ID3v2 tag at the head (an MP3's cover art) is skipped by the size its first 10 bytes state: the probe goes on
   at the tag's end, never reading the tag.
 - WAV, FLAC, Ogg (Vorbis, Opus), MP3: libsndfile (`soundfile.info`) over the `RangedFile`. WAV and FLAC keep the
-  length in the header (one block); Ogg keeps it in the last page's granule position, which libsndfile seeks to the
-  end for (a head and a tail block); MP3's length is the Xing/Info/VBRI frame count at the head (what LAME and
-  ffmpeg write; one block). A FLAC without a sample count (written to a pipe) and an MP3 without a length frame
-  state no length (`source/containers.py`): ffmpeg's estimate below, recorded as estimated. libsndfile may read at
-  most `PROBE_LIMIT` before the estimate takes over.
+  length in the header (one block); Ogg keeps it in the last page's granule position, which libsndfile looks for in
+  the last 64 KiB (a head block and one tail read of `OGG_TAIL`); MP3's length is the Xing/Info/VBRI frame count at
+  the head (what LAME and ffmpeg write; one block). A FLAC without a sample count (written to a pipe) and an MP3
+  without a length frame state no length (`source/containers.py`): ffmpeg's estimate below, recorded as estimated.
+  libsndfile may read at most `PROBE_LIMIT` before the estimate takes over.
 - MP4/M4A/M4V/MOV/3GP: its boxes (`_mp4_info`): each top-level box's header is one small read until `moov`, whose
   `mdhd`, `hdlr` and sample entry give the first audio track's length, rate and channels (a video track is passed
   over). `moov` holds a table per sample (about 10 KiB per audio-minute of AAC), and the parser reads only the
@@ -46,7 +47,8 @@ import soundfile as sf
 from batch_assets.source.containers import UNKNOWN, id3v2_size, mp3_states_its_length
 from batch_assets.source.decode import AudioInfo, DecodeError, ffmpeg_exe, parse_ffmpeg_header
 
-BLOCK = 16 * 1024  # bytes a read, aligned
+BLOCK = 8 * 1024  # bytes a read, aligned
+OGG_TAIL = 64 * 1024  # an Ogg's tail, one read: libsndfile looks for the last page this far back
 PROBE_LIMIT = 256 * 1024  # most bytes libsndfile may read of one object while probing before the estimate takes over
 
 
@@ -55,12 +57,14 @@ class ProbeLimit(Exception):
 
 
 class RangedFile(io.RawIOBase):
-    """A seekable read-only file of `size` bytes over `read_range(start, end)`, read in aligned `block`s, each at
-    most once (cached), `limit` bytes at most (then `ProbeLimit`). `bytes_read` and `reads` count what was read."""
+    """A seekable read-only file of `size` bytes over `read_range(start, end)`, read in aligned `block`s (the last
+    `tail` bytes one block: `block` unless set), each at most once (cached), `limit` bytes at most (then
+    `ProbeLimit`). `bytes_read` and `reads` count what was read."""
 
     def __init__(self, size: int, read_range: Callable[[int, int], bytes], block: int = BLOCK,
-                 limit: int | None = None):
+                 limit: int | None = None, tail: int | None = None):
         self.size, self.read_range, self.block, self.limit = size, read_range, block, limit
+        self.tail = tail or block
         self.position, self.blocks, self.bytes_read, self.reads, self.exceeded = 0, {}, 0, 0, False
 
     def readable(self) -> bool:
@@ -78,9 +82,9 @@ class RangedFile(io.RawIOBase):
         return self.position
 
     def _span(self, offset: int) -> tuple[int, int]:
-        """The block holding `offset`: aligned from the start, but the last `block` bytes are one block of their own
-        (a container's tail, such as Ogg's last page, is one read, not two)."""
-        tail = max(0, self.size - self.block)
+        """The block holding `offset`: aligned from the start, but the last `tail` bytes are one block of their own
+        (a container's tail, such as Ogg's last page, is one read, not several)."""
+        tail = max(0, self.size - self.tail)
         if offset >= tail:
             return tail, self.size
         start = offset // self.block * self.block
@@ -182,7 +186,7 @@ def _mp4_info(handle: RangedFile) -> AudioInfo:
     return AudioInfo(found["rate"], found["channels"], found["frames"])
 
 
-def _ffmpeg_estimate(handle: RangedFile, suffix: str) -> AudioInfo:
+def _ffmpeg_estimate(handle: RangedFile, suffix: str, by_size: bool = False) -> AudioInfo:
     """What ffmpeg reports of a sparse copy holding only the object's head and tail (a block each; larger spans when
     ffmpeg finds no audio stream in them)."""
     for span in (handle.block, 4 * handle.block, 16 * handle.block):
@@ -195,7 +199,7 @@ def _ffmpeg_estimate(handle: RangedFile, suffix: str) -> AudioInfo:
                     sparse.write(handle.pread(offset, span))
             result = subprocess.run([ffmpeg_exe(), "-hide_banner", "-i", path], capture_output=True, text=True)
         try:
-            return parse_ffmpeg_header(result.stderr, handle.size)
+            return parse_ffmpeg_header(result.stderr, handle.size, by_size)
         except DecodeError:
             if span >= handle.size:
                 raise
@@ -207,18 +211,21 @@ class _After(RangedFile):
 
     def __init__(self, outer: RangedFile, origin: int):
         super().__init__(outer.size - origin, lambda start, end: outer.pread(origin + start, end - start),
-                         outer.block, outer.limit)
+                         outer.block, outer.limit, outer.tail)
 
 
 def probe_object(handle: RangedFile, suffix: str) -> AudioInfo:
     """Rate, channels and frames of the object behind `handle` (its `bytes_read` then says what the probe cost,
     whether or not it found a header); `DecodeError` when no reader finds an audio header in its head and tail."""
+    if suffix in (".ogg", ".opus"):  # its length is in its last page: one read of the tail libsndfile searches
+        handle.tail = max(handle.tail, OGG_TAIL)
     if handle.pread(4, 4) == b"ftyp":
         info = _mp4_info(handle)
         return info if info.frames else _stated_none(handle, suffix)  # fragmented: the length is in fragments
     tag = id3v2_size(handle.pread(0, 10))
     body = _After(handle, tag) if tag else handle
-    budgeted = RangedFile(body.size, lambda start, end: _cached(body, start, end), handle.block, PROBE_LIMIT)
+    budgeted = RangedFile(body.size, lambda start, end: _cached(body, start, end), handle.block, PROBE_LIMIT,
+                          handle.tail)
     try:
         info = _soundfile_info(budgeted)
     except Exception as soundfile_error:  # libsndfile cannot read it from its head (or needed more): ask ffmpeg
@@ -233,8 +240,9 @@ def probe_object(handle: RangedFile, suffix: str) -> AudioInfo:
 
 
 def _stated_none(handle: RangedFile, suffix: str) -> AudioInfo:
-    """ffmpeg's estimate of an object whose container states no length: estimated, whatever ffmpeg said."""
-    return dataclasses.replace(_ffmpeg_estimate(handle, suffix), estimated=True)
+    """An object whose container states no length: its size over the stream's bitrate (ffmpeg's duration of a
+    fragmented MP4 is its first fragment's), estimated."""
+    return dataclasses.replace(_ffmpeg_estimate(handle, suffix, by_size=True), estimated=True)
 
 
 def _cached(handle: RangedFile, start: int, end: int) -> bytes:

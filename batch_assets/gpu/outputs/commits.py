@@ -137,7 +137,7 @@ class FlightCommits:
         if record is None:
             return NOT_COMMITTED
         if record.get("fingerprint") != fingerprint:
-            return (f"committed for another plan (units, durations, audio checksums, hints or languages differ: "
+            return (f"committed for another plan (units, durations, listed objects, hints or languages differ: "
                     f"fingerprint {record.get('fingerprint')} vs {fingerprint} now)")
         if differences := self.identity.differences(record.get("identity")):
             return f"{ANOTHER_DEPLOYMENT} ({'; '.join(differences)})"

@@ -1,7 +1,7 @@
 """The GPU section as a plain, typed runner: flights in, one commit per flight, a report out. No Dagster.
 
 `run_section(models, flights, levers, load, commit, section, checkpoint)` is what the GPU steps call
-(`gpu/steps/shard_work.py: process_flights`, for the shard steps and the assembly); the benches reach it through
+(`gpu/steps/shard_work.py: process_flights`, for the shard steps and their leftover steps); the benches reach it through
 those steps, and tests call it directly. It feeds the flights' audio (`load`: fetched and decoded from the source,
 `source/flight_audio.py`; prepared ahead or not: lever 1), runs
 VAD -> language -> diarization -> ASR on each (`flight.device_work`, whose ASR stage puts each ASR model's decoder

@@ -48,6 +48,13 @@ class PlannedFlight:
     audio_s: float
     num_units: int
     fingerprint: str
+    windowed: tuple[str, ...] = ()  # the long units whose windows the flight holds
+
+
+def shards_of(planned: list[PlannedFlight], shard_audio_seconds: float) -> list[list[str]]:
+    """The flights grouped into shards (`plan_shards`), a long unit's windows kept in one shard."""
+    joined = [i > 0 and bool(set(f.windowed) & set(planned[i - 1].windowed)) for i, f in enumerate(planned)]
+    return plan_shards([(f.flight_id, f.audio_s) for f in planned], shard_audio_seconds, joined)
 
 
 def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.DataFrame,
@@ -61,12 +68,14 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
                  for uid, identity in zip(manifest["unit_id"], identity_columns(manifest), strict=True)}
     chosen = None if units is None else set(units)
     by_flight: dict[str, list[list]] = {}
+    windowed: dict[str, set[str]] = {}
     wanted: set[str] = set()
     for row in plan.sort("position").iter_rows(named=True):
         part = [row["unit_id"], row["offset_samples"], row["num_samples"], row["result_class"],
                 checksums.get(row["unit_id"])]
         if row.get("window") is not None:  # a window: where it starts too (a whole unit's fingerprint is as it was)
             part += [row["window"], row["window_start_s"]]
+            windowed.setdefault(row["flight_id"], set()).add(row["unit_id"])
         if inputs is not None:
             part.append(inputs.get(row["unit_id"]))
         by_flight.setdefault(row["flight_id"], []).append(part)
@@ -80,7 +89,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         if chosen is not None:
             parts = [*parts, sorted({part[0] for part in parts} & chosen)]
         digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
-        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest))
+        out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest,
+                                 tuple(sorted(windowed.get(row["flight_id"], ())))))
     return out
 
 
@@ -128,7 +138,7 @@ def leftover_shards(planned: list[PlannedFlight], left: Iterable[str], shard_aud
     empty where a shard has nothing left."""
     left = set(left)
     return [[f for f in flights if f in left]
-            for flights in plan_shards([(f.flight_id, f.audio_s) for f in planned], shard_audio_seconds)]
+            for flights in shards_of(planned, shard_audio_seconds)]
 
 
 def shard_specs(partition: str, groups: list[list[str]], planned: list[PlannedFlight],
