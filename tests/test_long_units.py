@@ -121,6 +121,15 @@ def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
     assert source._streams[manifest["unit_id"][0]].stack is None  # closed after its last window taken
     with pytest.raises(ValueError, match="pass every window"):
         flight_source(resumed, manifest, lambda uri: (fs, uri))
+    # listed shorter than it decodes (a length the container only estimated): the stream going on past the last
+    # planned window is told on that window, never dropped quietly (issue 64)
+    short = manifest.with_columns(pl.lit(120.0).alias("duration_s"), pl.lit(True).alias("duration_estimated"))
+    plan, _ = prepare_flights(short, budget_s=1800.0, max_units=8, windows=spec)
+    source = flight_source(plan, short, lambda uri: (fs, fs._strip_protocol(uri)))
+    pieces = [source.load(f).pieces for f in plan.sort("window")["flight_id"]]
+    last = pieces[-1][f"{manifest['unit_id'][0]}.w{plan.height - 1:04d}"]
+    assert last.problem is None and "the stream goes on past the 3 window(s) planned from the listed 120.0 s" in \
+        last.note, last
 
 
 def _frame(schema: dict, rows: list[dict]) -> pl.DataFrame:
@@ -247,6 +256,12 @@ def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_th
     assert out["outcomes"].select("result_class", "num_speakers", "num_words").row(0) == ("transcribed", 1, 1)
     assert out["words"].select("word", "start_s", "speaker").rows() == [("yes", 101.0, "SPEAKER_00")]
     assert out["turns"].filter(~pl.col("exclusive")).select("start_s", "end_s").rows() == [(100.0, 110.0)]
+    fragments, plan = _two_windows("silent")  # the last window's note (the stream went on past it) is the unit's
+    fragments["outcomes"] = fragments["outcomes"].with_columns(
+        pl.when(pl.col("unit_id") == "u.w0001").then(pl.lit("the stream goes on")).otherwise("reason").alias("reason"))
+    out = stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
+                 read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
+    assert out["outcomes"].select("result_class", "reason").row(0) == ("transcribed", "the stream goes on")
     out = stitched("failed")
     unit = out["outcomes"].row(0, named=True)
     assert unit["result_class"] == "failed" and unit["reason"] == "window 0 (0-100 s) of 2: RuntimeError: boom"
@@ -270,12 +285,18 @@ def test_a_unit_whose_stream_ends_before_its_last_window_keeps_the_windows_that_
         pl.when(pl.col("unit_id") == "u.w0001").then(pl.lit(missing)).otherwise("reason").alias("reason"))
     fragments = {name: frame.filter(pl.col("unit_id") != "u.w0001") if name != "outcomes" else frame
                  for name, frame in fragments.items()}
-    out = stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
-                 read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
+    def stitched(estimated: set[str]) -> dict:
+        return stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
+                      read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32), estimated=estimated)
+
+    out = stitched(set())
     unit = out["outcomes"].row(0, named=True)
     assert (unit["result_class"], unit["num_words"], unit["text"]) == ("truncated", 1, "yes"), unit
     assert unit["reason"] == f"window 1 (80-150 s) of 2: {missing}"
     assert out["words"].select("word", "start_s").rows() == [("yes", 21.0)]
+    # a length the listing only estimated (a live recording): the windows past the stream say nothing of the object
+    unit = stitched({"u"})["outcomes"].row(0, named=True)
+    assert (unit["result_class"], unit["reason"], unit["num_words"]) == ("transcribed", "", 1), unit
 
 
 def _voices(rng, windows: list[list[int]], noise: float = 0.15):

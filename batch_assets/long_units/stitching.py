@@ -1,15 +1,16 @@
 """A windowed unit's windows stitched back into one unit, at assembly (`windows.py` cuts them). No Dagster.
 
-Every window's times are shifted to the unit's clock; each window keeps its *core*, from the middle of the
-overlap with the previous window to the middle of the overlap with the next (a word belongs to the window whose
-core holds its midpoint; turns and speech regions are clipped to the cores and rejoined where they meet); a unit
-one of whose windows failed is `failed`, its reason naming the window, with no other rows (its other windows'
-results are not published: rerun the unit); a unit whose stream ended before its last windows (decoded shorter than
-listed) is `truncated`, its reason naming the first window not reached, with the rows of the windows that decoded,
-as a whole unit cut short keeps its words; and the windows' speakers are linked (`windows.link_speakers`), so a
-voice keeps one label for the whole recording. The segmentation scores of the cores are written as one array on
-the unit's own regular chunk grid (windows start on whole seconds, a multiple of the segmentation step),
-streamed window by window.
+Every window's times are shifted to the unit's clock; each window keeps its *core*, from the middle of the overlap
+with the previous window to the middle of the overlap with the next (a word belongs to the window whose core holds
+its midpoint; turns and speech regions are clipped to the cores and rejoined where they meet); a unit one of whose
+windows failed is `failed`, its reason naming the window, with no other rows (its other windows' results are not
+published: rerun the unit); a unit whose stream ended before its last windows (decoded shorter than listed) is
+`truncated`, its reason naming the first window not reached, with the rows of the windows that decoded, as a whole
+unit cut short keeps its words (where the listed length was only an estimate, `duration_estimated`, the windows past
+the stream's end are dropped and the unit is what decoded, not truncated); and the windows' speakers are linked
+(`windows.link_speakers`), so a voice keeps one label for the whole recording. The segmentation scores of the cores
+are written as one array on the unit's own regular chunk grid (windows start on whole seconds, a multiple of the
+segmentation step), streamed window by window.
 """
 
 from __future__ import annotations
@@ -121,12 +122,15 @@ def _unit_language(outcomes: list[dict]) -> dict:
 
 def stitch(fragments: dict[str, pl.DataFrame], plan: pl.DataFrame,
            write_scores: Callable[[str, Iterator[bytes]], str], read_array: Callable[[str], np.ndarray],
-           hints: dict[str, SpeakerHints] | None = None, threshold: float = LINK_THRESHOLD) -> dict[str, pl.DataFrame]:
+           hints: dict[str, SpeakerHints] | None = None, threshold: float = LINK_THRESHOLD,
+           estimated: set[str] = frozenset()) -> dict[str, pl.DataFrame]:
     """The flight commits' fragments with every windowed unit's window rows replaced by the unit's own rows.
 
-    `write_scores(unit_id, npy_chunks)` stores a unit's stitched scores and returns their URI. Rows of units that
-    were not windowed pass through untouched, in their order; a windowed unit's rows take its first window's place.
-    A windowed unit whose windows were not processed (not `ok` in the plan) has no rows: its class is the plan's.
+    `write_scores(unit_id, npy_chunks)` stores a unit's stitched scores and returns their URI. `estimated`: the
+    units whose listed length was an estimate (windows planned past the end of the stream say nothing about the
+    object). Rows of units that were not windowed pass through untouched, in their order; a windowed unit's rows
+    take its first window's place. A windowed unit whose windows were not processed (not `ok` in the plan) has no
+    rows: its class is the plan's.
     """
     units = windows_by_unit(plan)
     if not units:
@@ -134,7 +138,7 @@ def stitch(fragments: dict[str, pl.DataFrame], plan: pl.DataFrame,
     made = {}
     for uid, windows in units.items():
         rows = _stitch_unit(fragments, uid, windows, write_scores, read_array, (hints or {}).get(uid, NO_HINTS),
-                            threshold)
+                            threshold, uid in estimated)
         if rows is not None:
             made[uid] = rows
     owner = {w.piece: uid for uid, ws in units.items() for w in ws}
@@ -172,7 +176,7 @@ def _on_unit_clock(frame: pl.DataFrame, uid: str, windows: list[Window], unit_co
 
 
 def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Window], write_scores, read_array,
-                 hints: SpeakerHints, threshold: float) -> dict[str, pl.DataFrame] | None:
+                 hints: SpeakerHints, threshold: float, estimated: bool = False) -> dict[str, pl.DataFrame] | None:
     """One windowed unit's rows in each fragment table (None when its windows were not processed)."""
     pieces = [w.piece for w in windows]
     outcomes = {r["unit_id"]: r
@@ -184,8 +188,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     cut_reason = None
     if cut and all(o["result_class"] == ResultClass.TRUNCATED for o in ordered[cut:]):
         # the stream ended before these windows: the unit is the windows that decoded, classed truncated
-        cut_reason = _window_reason(ordered[cut], windows[cut], windows)
-        windows, pieces, ordered = windows[:cut], pieces[:cut], ordered[:cut]
+        cut_reason = None if estimated else _window_reason(ordered[cut], windows[cut], windows)  # an estimate's
+        windows, pieces, ordered = windows[:cut], pieces[:cut], ordered[:cut]  # windows past the stream: not a cut
     unit_cores, index = cores(windows), {p: i for i, p in enumerate(pieces)}
     result_class, reason = _unit_class(ordered, windows)
     duration = windows[-1].start_s + ordered[-1]["duration_s"]
@@ -223,6 +227,9 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
         words = words.clear()
     if cut_reason is not None:  # what decoded keeps its rows, as a whole unit's does
         result_class, reason = str(ResultClass.TRUNCATED), "; ".join(r for r in (cut_reason, reason) if r)[:500]
+    elif ordered[-1]["result_class"] in (ResultClass.TRANSCRIBED, ResultClass.SILENT) and (
+            note := (ordered[-1]["reason"] or "").removesuffix(SILENT_REASON).rstrip("; ")):
+        reason = "; ".join(r for r in (reason, note) if r)[:500]  # how the stream's length differed from the listing
     words = words.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("word_index"),
                                pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
     vad_rows = [r for p in pieces for r in fragments["vad_units"].filter(pl.col("unit_id") == p).iter_rows(named=True)]

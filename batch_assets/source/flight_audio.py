@@ -186,7 +186,7 @@ class FlightSource:
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:
         stream = self._stream(planned.unit_id)
         last = planned.window == planned.windows - 1
-        _, samples, error = stream.take(planned.window)
+        _, samples, error = stream.take(planned.window, last)
         if error is not None:
             return None, _failed(error)
         unit = self.units[planned.unit_id]
@@ -198,6 +198,10 @@ class FlightSource:
         read = stream.read  # the last window's reason says how the unit's length differs; its class stays the
         # window's own (the stitched unit's class comes from its windows')
         note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated)[0] if last else ""
+        if last and stream.goes_on:  # told, never dropped quietly (windowing past the listing is not built)
+            note = (f"the stream goes on past the {planned.windows} window(s) planned from the listed "
+                    f"{unit.duration_s:.1f} s: what follows {stream.decoded / TARGET_SAMPLE_RATE:.1f} s was not "
+                    "processed")
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
                                      read.size if planned.window == stream.staged_by else 0)
 

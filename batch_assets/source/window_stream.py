@@ -34,10 +34,12 @@ class WindowStream:
         self.lock = threading.Lock()
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
         self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
+        self.goes_on = False  # the stream holds audio past the unit's last planned window
         self.held: dict[int, tuple[float, np.ndarray]] = {}
 
-    def take(self, window: int) -> tuple[float, np.ndarray | None, Exception | None]:
-        """(start_s, the window's samples or None when the stream ends before it, the stream's error)."""
+    def take(self, window: int, last: bool = False) -> tuple[float, np.ndarray | None, Exception | None]:
+        """(start_s, the window's samples or None when the stream ends before it, the stream's error). `last`: the
+        unit's last planned window; whether the stream goes on past it is then looked at (`goes_on`)."""
         with self.lock:
             self.wanted.discard(window)
             try:
@@ -57,6 +59,8 @@ class WindowStream:
                         break
                     self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
                     if index == window:
+                        if last:  # one window more decoded, to know whether the listing's length cut the stream
+                            self.goes_on = next(self.windows, (None, None))[1] is not None
                         return start_s, samples, None
                     if index in self.wanted:
                         self.held[index] = (start_s, samples)

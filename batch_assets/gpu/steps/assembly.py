@@ -103,7 +103,8 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
         write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
             "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
         read_array=storage.read_array, hints={uid: unit.hints for uid, unit in hints.items()},
-        threshold=config.speaker_link_threshold)
+        threshold=config.speaker_link_threshold,
+        estimated=set(manifest.filter(pl.col("duration_estimated").fill_null(False))["unit_id"]))
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, segments, words = transcript_tables(
