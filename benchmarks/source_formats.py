@@ -70,9 +70,7 @@ def bucket_kinds(folder: pathlib.Path) -> dict:
         client = s3.client()
         for kind in ("unversioned", "versioned", "suspended", "sse-kms-etags"):
             bucket = f"bench-{kind}"
-            client.create_bucket(Bucket=bucket)
-            if kind in ("versioned", "suspended"):
-                client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            s3.bucket(bucket, "Enabled" if kind in ("versioned", "suspended") else None)
             for path in sorted(p for p in folder.rglob("*") if p.is_file()):
                 extra = {"ServerSideEncryption": "AES256"} if kind == "sse-kms-etags" else {}
                 client.put_object(Bucket=bucket, Key=f"audio/{DAY}/{path.relative_to(folder).as_posix()}",
@@ -80,7 +78,7 @@ def bucket_kinds(folder: pathlib.Path) -> dict:
             if kind == "suspended":
                 client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
             s3.proxy.opaque_etags = kind == "sse-kms-etags"
-            storage = s3.storage(bucket, faulty=True).model_copy(update={"source_url": f"s3://{bucket}/audio"})
+            storage = s3.storage(bucket, faulty=True, source="audio")
             day = read_day(storage)
             out[kind] = {"read_whole": day["read_whole"], "listed": day["listed"], "problems": day["problems"]}
             print(f"{kind:14s} read whole {day['read_whole']} / listed {day['listed']}")

@@ -93,7 +93,8 @@ def decode_cost_by_format(scratch: pathlib.Path, seconds: float = 300.0) -> dict
     import soxr
 
     from batch_assets.long_units.long_audio import sample_audio_paths
-    from batch_assets.source.decode import decode_file, ffmpeg_exe
+    from batch_assets.source.decode import decode_file
+    from batch_assets.source.ffmpeg import ffmpeg_exe
 
     speech = np.concatenate([sf.read(p, dtype="float32")[0] for p in sample_audio_paths(speech_only=True)])
     speech = np.resize(speech, int(seconds * 16000))

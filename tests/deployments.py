@@ -205,10 +205,9 @@ def s3_postgres(work: pathlib.Path, s3, postgres, bucket_prefix: str, sample: pa
     told to fault), so a test can make a prefix refuse writes."""
     client = s3.client()
     audio, out = f"{bucket_prefix}-audio", f"{bucket_prefix}-out"
-    client.create_bucket(Bucket=audio)
     # versioning on, as AWS recommends and compliance requires: the objects carry VersionIds (issue 64: every unit of
     # such a bucket was changed_since_listed)
-    client.put_bucket_versioning(Bucket=audio, VersioningConfiguration={"Status": "Enabled"})
+    s3.bucket(audio, "Enabled")
     client.create_bucket(Bucket=out)
     for partition in partitions:
         for path in sorted(p for p in sample.rglob("*") if p.is_file()):

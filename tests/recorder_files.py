@@ -12,7 +12,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-from batch_assets.source.decode import ffmpeg_exe
+from batch_assets.source.ffmpeg import ffmpeg_exe
 
 DIALOGUE = pathlib.Path(__file__).resolve().parents[1] / "sample_data" / "audio" / "2026-01-15" / "meetings" / \
     "standup.wav"

@@ -209,12 +209,23 @@ class S3Server:
     def faulty_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.proxy.port}"
 
-    def storage(self, bucket: str, faulty: bool = False) -> StorageResource:
-        """Output storage `s3://{bucket}/out`, direct or through the fault proxy (moto's state is shared by every
-        server of the process: a bucket per test)."""
+    def storage(self, bucket: str, faulty: bool = False, source: str | None = None) -> StorageResource:
+        """Output storage `s3://{bucket}/out` (and the audio under `s3://{bucket}/{source}`, when given), direct or
+        through the fault proxy (moto's state is shared by every server of the process: a bucket per test). Built
+        whole: a Dagster run builds its resources from their config, so a `model_copy` of one is not what it runs."""
+        audio = {"source_url": f"s3://{bucket}/{source}"} if source else {}
         return StorageResource(storage_url=f"s3://{bucket}/out", s3_region="us-east-1", s3_access_key_id="testing",
                                s3_secret_access_key="testing",
-                               s3_endpoint_url=self.faulty_endpoint if faulty else self.endpoint)
+                               s3_endpoint_url=self.faulty_endpoint if faulty else self.endpoint, **audio)
+
+    def bucket(self, name: str, versioning: str | None = None):
+        """A new bucket, keeping versions when `versioning` is given ("Enabled"; "Suspended" is set by a test after
+        it wrote what it wanted versioned), and the client that made it."""
+        client = self.client()
+        client.create_bucket(Bucket=name)
+        if versioning:
+            client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        return client
 
     def client(self):
         import boto3

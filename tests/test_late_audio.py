@@ -116,11 +116,8 @@ def test_the_listing_tells_new_changed_and_gone_objects_on_s3(versioning):
     an unchanged object is never taken for a changed one (issue 64: a versioned bucket's units were all
     changed_since_listed, and never listed again); a unit the tables hold unread is asked for again."""
     with S3Server() as s3:
-        client = s3.client()
         bucket = f"late-{(versioning or 'off').lower()}"
-        client.create_bucket(Bucket=bucket)
-        if versioning:
-            client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        client = s3.bucket(bucket, versioning)
         for key in (ORIGINAL, TOUCHED, REMOVED):
             client.upload_file(str(SAMPLE_SOURCE / P / key), bucket, f"rec/{P}/{key}")
         if versioning == "Suspended":

@@ -77,8 +77,11 @@ def test_a_bucket_that_lists_but_will_not_serve_keeps_the_day(tmp_path, lock_dir
         assert not [e for e in refused.all_events if e.event_type_value == "STEP_RESTARTED"]
 
         forced = {"ops": {"fetched_audio": {"config": {"allow_degrade": True}}}}
-        assert materialize_partition(resources, COLD_DAY, run_config=forced).success
+        published = materialize_partition(resources, COLD_DAY, run_config=forced, raise_on_error=False)
         assert set(storage.read_parquet("transcripts", COLD_DAY, "units")["result_class"]) == {"fetch_failed"}
+        # published as told, and told again: a day whose every unit went unread fails its ERROR check (issue 64)
+        [check] = [e for e in published.get_asset_check_evaluations() if e.check_name == "units_accounted_for"]
+        assert not published.success and not check.passed and "went unread" in check.metadata["problem"].value
 
         _freeze(client, FIRST_DAY)  # a day never materialized, every object cold
         first = materialize_partition(resources, FIRST_DAY, raise_on_error=False)

@@ -84,11 +84,8 @@ def test_every_unit_is_read_as_listed_whether_the_bucket_keeps_versions_or_not(v
     bucket; multipart and SSE-S3 objects too. An object replaced after it was listed: a bucket that keeps its
     listed version reads that version (the late-audio sensor lists the newer one); one that does not says so."""
     with S3Server() as s3:
-        client = s3.client()
         bucket = f"source-{(versioning or 'never').lower()}"
-        client.create_bucket(Bucket=bucket)
-        if versioning:
-            client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        client = s3.bucket(bucket, versioning)
         objects = dict(OBJECTS)
         for key, data in objects.items():
             _upload(client, bucket, key, data)
@@ -96,7 +93,7 @@ def test_every_unit_is_read_as_listed_whether_the_bucket_keeps_versions_or_not(v
             client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
             objects["after-suspension.wav"] = _wav(1.0, 4)
             _upload(client, bucket, "after-suspension.wav", objects["after-suspension.wav"])
-        storage = s3.storage(bucket).model_copy(update={"source_url": f"s3://{bucket}/src"})
+        storage = s3.storage(bucket, source="src")
         manifest, pieces = _read_day(storage)
         assert set(manifest["result_class"]) == {"ok"}, manifest.select("relative_key", "reason")
         rows = {row["relative_key"]: row for row in manifest.iter_rows(named=True)}
@@ -131,7 +128,7 @@ def test_etags_that_are_not_md5s_are_never_taken_for_one():
         for key in ("plain.wav", "sse-s3.wav"):
             _upload(client, "opaque-etags", key, OBJECTS[key])
         s3.proxy.opaque_etags = True
-        storage = s3.storage("opaque-etags", faulty=True).model_copy(update={"source_url": "s3://opaque-etags/src"})
+        storage = s3.storage("opaque-etags", faulty=True, source="src")
         manifest, pieces = _read_day(storage)
         for row in manifest.iter_rows(named=True):
             assert row["etag"] != hashlib.md5(OBJECTS[row["relative_key"]]).hexdigest() and len(row["etag"]) == 32
@@ -154,8 +151,7 @@ def test_a_storage_outage_during_the_gpu_steps_read_is_retried_with_the_runs_pol
         client = s3.client()
         client.create_bucket(Bucket="outage")
         _upload(client, "outage", "plain.wav", OBJECTS["plain.wav"])
-        storage = s3.storage("outage", faulty=True).model_copy(
-            update={"source_url": "s3://outage/src", "s3_max_attempts": 1})
+        storage = s3.storage("outage", faulty=True, source="src").model_copy(update={"s3_max_attempts": 1})
         manifest, _ = _read_day(storage)
 
         def outage(key: str) -> None:

@@ -75,13 +75,7 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT / "dagster_home"))
     import dagster as dg
 
-    from batch_assets.cli.run_output import (
-        LAUNCH_TAG,
-        RunWatcher,
-        builtin_model_note,
-        failure_text,
-        partition_summary,
-    )
+    from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, builtin_model_note, failure_text, partition_summary
     from batch_assets.definitions import storage_from_env
     from batch_assets.orchestration.dead_runs import free_dead_runs
     from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key, daily_partitions

@@ -8,8 +8,9 @@ The map, in the order a byte travels:
   errors that class a unit (`FetchError`, `ChangedSinceListed`), a local file opened without following symlinks;
 - `objects.py`: an object's head read in ranges (`opened`) and its body read once (`read_once`), each tied to the
   identity it was listed with (S3: If-Match and VersionId; locally: size and mtime before and after);
-- `containers.py`, `header_probe.py`: rate, channels and length from 16 KiB blocks of the head and tail, or an
+- `containers.py`, `header_probe.py`: rate, channels and length from 8 KiB blocks of the head and tail, or an
   estimate where the container states none (`duration_estimated`);
+- `ffmpeg.py`: the bundled ffmpeg's word on a file (rate, channels, length or an estimate) and its decode of one;
 - `decode.py`: libsndfile or ffmpeg to 16 kHz mono float32, to the end of the stream;
 - `flight_audio.py`, `window_stream.py`: the GPU step's flights, each object read once and decoded (whole, or
   streaming into a long unit's windows).

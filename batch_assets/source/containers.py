@@ -6,10 +6,31 @@ MP3 without a Xing, Info or VBRI frame (its length is guessed from the first fra
 to twice its guess, and libsndfile's decode stops at the guess), a fragmented MP4 (an empty `moov`). The listing
 (`source/header_probe.py`) records such a length as estimated, and the GPU step's decoder (`source/decode.py`)
 decodes those streams to their end with ffmpeg. An ID3v2 tag (cover art: often hundreds of KiB) is skipped by its
-stated size, never read. No Dagster.
+stated size, never read. `AudioInfo` is what a reader says of a stream (its format and length, and whether that
+length is only an estimate), `DecodeError` why it found no audio. No Dagster.
 """
 
 from __future__ import annotations
+
+import dataclasses
+
+
+class DecodeError(Exception):
+    """The bytes are not decodable audio; the message is the reason recorded for the unit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioInfo:
+    sample_rate: int
+    channels: int
+    frames: int
+    estimated: bool = False  # the container states no exact length: `frames` is an estimate
+    stopped: str = ""  # the decoder gave up part-way, after it had decoded `frames`: what it said
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
 
 # libsndfile's frame count for a stream whose length it does not know (SF_COUNT_MAX; anything near it)
 UNKNOWN = 2**62

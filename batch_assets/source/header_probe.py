@@ -44,8 +44,8 @@ from collections.abc import Callable
 
 import soundfile as sf
 
-from batch_assets.source.containers import UNKNOWN, id3v2_size, mp3_states_its_length
-from batch_assets.source.decode import AudioInfo, DecodeError, ffmpeg_exe, parse_ffmpeg_header
+from batch_assets.source.containers import UNKNOWN, AudioInfo, DecodeError, id3v2_size, mp3_states_its_length
+from batch_assets.source.ffmpeg import ffmpeg_exe, parse_ffmpeg_header
 
 BLOCK = 8 * 1024  # bytes a read, aligned
 OGG_TAIL = 64 * 1024  # an Ogg's tail, one read: libsndfile looks for the last page this far back

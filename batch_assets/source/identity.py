@@ -60,11 +60,11 @@ class ObjectVersion:
     def differs(self, now: ObjectVersion) -> str | None:
         """Why `now` is not the object `self` identifies, comparing the fields both carry; None when it is."""
         if now.size != self.size:
-            return f"now {now.size} bytes, {self.size} listed"
+            return f"now {now.size} bytes, listed {self.size} bytes"
         for name in ("etag", "version_id", "mtime_ns"):
             mine, theirs = getattr(self, name), getattr(now, name)
             if mine is not None and theirs is not None and mine != theirs:
-                return f"{name} now {theirs}, {mine} listed"
+                return f"{name} now {theirs}, listed {mine}"
         return None
 
     def token(self) -> str:

@@ -124,7 +124,8 @@ class FlightCommits:
         for other in self._other_roots().get(flight_id, []):
             if self._judge(other, flight_id, fingerprint) is not None:
                 continue
-            if unread := self._valid.pop(flight_id).get("unread"):  # a read that failed is no result to keep
+            if unread := self._valid[flight_id].get("unread"):  # a read that failed is no result to keep
+                del self._valid[flight_id]
                 why = f"run {other}'s commit holds {len(unread)} unit(s) it could not read ({unread[:3]}): read again"
                 continue
             self.reused[flight_id] = other
