@@ -6,8 +6,9 @@ GETs of each such key with a 500 InternalError, `broken` always fails; and write
 bucket in `read_only_buckets`, or to a key under one of `read_only_prefixes` ("bucket/prefix/"), which get
 403 AccessDenied as an IAM policy would answer. Listing and HEAD
 requests are never faulted. `before_get`, when set, is called with each object GET's key before the GET is
-forwarded (a test replaces the object there: another writer landing between a reader's requests). Until
-`refuse_until` (a `time.time()`), every request's connection is closed unanswered: a storage outage. With
+forwarded (a test replaces the object there: another writer landing between a reader's requests). The next
+`refuse_next` requests have their connections closed unanswered: a storage outage (counted in requests, not
+seconds, so that a loaded machine's slower retries meet the same outage). With
 `opaque_etags`, every ETag the client sees (headers and listings) is 32 hex digits that are not the MD5 of the bytes,
 as SSE-KMS and SSE-C objects' are, and `If-Match` is mapped back. This exercises the real s3fs/botocore stack and
 our own retries over real HTTP.
@@ -52,7 +53,7 @@ class FaultProxy:
         self.ignore_if_none_match = False  # a store that does not honour conditional writes (drops If-None-Match)
         self.denied = 0
         self.before_get: Callable[[str], object] | None = None
-        self.refuse_until = 0.0
+        self.refuse_next = 0
         self.refused = 0
         self.opaque_etags = False
         self.real_etags: dict[str, str] = {}  # an opaque ETag -> moto's
@@ -112,9 +113,10 @@ class FaultProxy:
                     return
                 if self.command == "GET" and proxy.before_get is not None:
                     proxy.before_get(self._key())
-                if time.time() < proxy.refuse_until:  # an outage: the connection is dropped, nothing answered
-                    with proxy.lock:
-                        proxy.refused += 1
+                with proxy.lock:
+                    refuse = proxy.refuse_next > 0
+                    proxy.refuse_next, proxy.refused = proxy.refuse_next - refuse, proxy.refused + refuse
+                if refuse:  # an outage: the connection is dropped, nothing answered
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return

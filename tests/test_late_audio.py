@@ -157,6 +157,33 @@ def test_the_webhook_gets_the_text_with_retries_and_never_the_url_in_an_error():
 
 
 
+def test_a_post_never_raises_never_names_its_url_and_keeps_keys_from_the_chat_markup():
+    """Issue 65: `post_text` caught HTTPError, URLError and OSError only: a bad status line failed the tick, and an
+    InvalidURL (a control character in the URL) carried the URL, Slack's secret, into the tick's error. Object keys
+    went raw into messages: `<!channel>` pinged a channel, a newline forged a line."""
+    import threading
+
+    with socket.socket() as listener:  # a server that answers each request with a line that is not HTTP
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def garbage() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+        threading.Thread(target=garbage, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hooks/T0/B0/secret-token"
+        delivery = post_text(url, "x", timeout_s=5, attempts=1)
+    assert not delivery.sent and "BadStatusLine" in delivery.error and "secret-token" not in delivery.error
+    delivery = post_text("http://127.0.0.1:9/hooks/T0/B0/secret-token\n", "x", timeout_s=1, attempts=1)
+    assert not delivery.sent and "secret-token" not in delivery.error, delivery
+    with WebhookReceiver() as receiver:
+        assert post_text(receiver.url, "gone: calls/<!channel>.wav\nbatch_assets: forged & more").sent
+    assert receiver.texts() == ["gone: calls/&lt;!channel&gt;.wav batch_assets: forged &amp; more"]
+
+
 def test_relisting_some_keys_keeps_every_other_row_and_loses_no_key_asked_for(tmp_path):
     """What a late run's `fetched_audio` does: the keys asked for are described again (a new one, a changed one),
     one that is gone by then gets a `fetch_failed` row saying so, and the other rows are the manifest's own."""

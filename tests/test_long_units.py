@@ -123,13 +123,18 @@ def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
         flight_source(resumed, manifest, lambda uri: (fs, uri))
     # listed shorter than it decodes (a length the container only estimated): the stream going on past the last
     # planned window is told on that window, never dropped quietly (issue 64)
-    short = manifest.with_columns(pl.lit(120.0).alias("duration_s"), pl.lit(True).alias("duration_estimated"))
-    plan, _ = prepare_flights(short, budget_s=1800.0, max_units=8, windows=spec)
-    source = flight_source(plan, short, lambda uri: (fs, fs._strip_protocol(uri)))
-    pieces = [source.load(f).pieces for f in plan.sort("window")["flight_id"]]
-    last = pieces[-1][f"{manifest['unit_id'][0]}.w{plan.height - 1:04d}"]
-    assert last.problem is None and "the stream goes on past the 3 window(s) planned from the listed 120.0 s" in \
-        last.note, last
+    def loaded(estimate: float) -> list:
+        listed = manifest.with_columns(pl.lit(estimate).alias("duration_s"), pl.lit(True).alias("duration_estimated"))
+        plan, _ = prepare_flights(listed, budget_s=1800.0, max_units=8, windows=spec)
+        source = flight_source(plan, listed, lambda uri: (fs, fs._strip_protocol(uri)))
+        return [p for f in plan.sort("window")["flight_id"] for p in source.load(f).pieces.values()]
+
+    within = loaded(120.0)  # planned at twice its estimate (ESTIMATE_MARGIN): 240 s of windows for its 200 s
+    assert [p.num_samples for p in within[:4]] == [len(w) for _, w in expected] and within[4].problem[0] == "truncated"
+    assert all(p.note == "" for p in within[:4])  # a window past the end of an estimated stream: dropped at stitching
+    past = loaded(60.0)[-1]  # 120 s of windows for 200 s: what follows is told
+    assert past.problem is None and "the stream goes on past the 3 window(s) planned from the listed 60.0 s" in \
+        past.note, past
 
 
 def _frame(schema: dict, rows: list[dict]) -> pl.DataFrame:

@@ -9,7 +9,8 @@ decoded length differs from the listing is processed as decoded, with a reason (
 A unit longer than the window (`windows.WindowSpec`, `max_unit_seconds`) flies alone in overlapped windows, each a
 flight of its own (`{flight_id}-w{window:04d}`, a plan row per window with its `window` and `window_start_s`),
 planned from the listed duration as `windows.split_windows` cuts the decoded stream: the GPU step decodes the unit
-streaming into those windows, holding one window, not the recording. No Dagster.
+streaming into those windows, holding one window, not the recording. A unit whose container states no length is
+planned at `ESTIMATE_MARGIN` times the listing's estimate. No Dagster.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ PLAN_SCHEMA = {
 }
 FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64}
 DEFAULT_WINDOWS = WindowSpec()
+# A length the container does not state (`duration_estimated`) is planned at this many times its estimate: a stream
+# up to that much longer than its estimate is decoded whole or into windows planned for it (windows past its end are
+# dropped: `long_units/stitching.py`), one longer still is processed up to its last planned window and says so.
+ESTIMATE_MARGIN = 2.0
 
 
 def _row(planned: PlannedUnit, flight_id: str, offset: int, samples: int, window: int | None = None,
@@ -56,10 +61,14 @@ def prepare_flights(
     log: Callable[[str], None] = lambda _: None,
     windows: WindowSpec = DEFAULT_WINDOWS,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(plan, flights) of the manifest's `ok` units, from their listed durations."""
+    """(plan, flights) of the manifest's `ok` units, from their listed durations (an estimated one at
+    `ESTIMATE_MARGIN` times its estimate)."""
     ok = manifest.filter(pl.col("result_class") == str(ResultClass.OK))
-    windowed = frozenset(uid for uid, d in zip(ok["unit_id"], ok["duration_s"], strict=True) if windows.windowed(d))
-    plan = plan_flights(list(zip(ok["unit_id"], ok["duration_s"], strict=True)), budget_s, max_units, windowed)
+    estimated = (ok["duration_estimated"].fill_null(False).to_list() if "duration_estimated" in ok.columns
+                 else [False] * ok.height)
+    durations = [d * ESTIMATE_MARGIN if e else d for d, e in zip(ok["duration_s"], estimated, strict=True)]
+    windowed = frozenset(uid for uid, d in zip(ok["unit_id"], durations, strict=True) if windows.windowed(d))
+    plan = plan_flights(list(zip(ok["unit_id"], durations, strict=True)), budget_s, max_units, windowed)
     by_flight: dict[str, list[PlannedUnit]] = {}
     for planned in plan:
         by_flight.setdefault(planned.flight_id, []).append(planned)

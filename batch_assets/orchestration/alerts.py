@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from batch_assets.alerts.webhook import post_text
+from batch_assets.alerts.webhook import plain_line, post_text
 from batch_assets.settings import current_settings
 
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -45,7 +45,7 @@ STARTS_WITH = "Starts on with BATCH_ASSETS_SENSORS_RUNNING=true (the Helm values
 
 def tell(log: Callable[[str], None], text: str) -> None:
     """Post `text` to the alert webhook; the outcome goes to `log` (the sensor's tick). Never raises."""
-    url = current_settings().alert_webhook_url
+    url, text = current_settings().alert_webhook_url, plain_line(text)  # one line: a key cannot forge a log line
     if url is None:
         log(f"not sent (BATCH_ASSETS_ALERT_WEBHOOK_URL is not set): {text}")
         return
