@@ -22,6 +22,7 @@ from batch_assets.ingest.late_audio import late_changes, list_versions
 from batch_assets.ingest.manifest import build_manifest
 from batch_assets.orchestration.late_audio import late_audio_sensor
 from batch_assets.settings import reload_settings
+from batch_assets.source.identity import ObjectVersion
 from batch_assets.storage.resource import SAMPLE_PARTITION
 
 from .conftest import SAMPLE_SOURCE, assert_units_kept, make_resources, tables_of
@@ -182,6 +183,39 @@ def test_a_post_never_raises_never_names_its_url_and_keeps_keys_from_the_chat_ma
     with WebhookReceiver() as receiver:
         assert post_text(receiver.url, "gone: calls/<!channel>.wav\nbatch_assets: forged & more").sent
     assert receiver.texts() == ["gone: calls/&lt;!channel&gt;.wav batch_assets: forged &amp; more"]
+
+
+def test_a_manifest_written_before_the_identity_columns_is_read_in_todays_schema(tmp_path):
+    """A day listed before issue 64 has one `version` string per object ('mtime_ns …' locally, 'etag "…" version_id
+    …' on S3) and no `duration_estimated`: read, it has the identity columns (a file rewritten at the same size is
+    still a change to the sensor) and every column a run reads, so a late run can relist it."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from batch_assets.ingest.manifest import read_manifest, relist
+    from batch_assets.storage.resource import StorageResource
+
+    folder = tmp_path / "source" / P
+    for key in (ORIGINAL, TOUCHED):
+        (folder / key).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_SOURCE / P / key, folder / key)
+    fs = LocalFileSystem()
+    today, _ = build_manifest(fs, str(folder), 7200.0, 2)
+    legacy = today.drop("etag", "version_id", "mtime_ns", "duration_estimated").with_columns(
+        pl.format("mtime_ns {}", today["mtime_ns"]).alias("version"))
+    storage, now = (StorageResource(source_url=str(tmp_path / "source"), storage_url=str(tmp_path / name))
+                    for name in ("before", "now"))
+    storage.write_published(legacy, "fetched_audio", P, "manifest")
+    now.write_published(today, "fetched_audio", P, "manifest")  # as published today (ms times, null reasons)
+    read = read_manifest(storage, P)
+    assert read.equals(read_manifest(now, P)), (read, today)
+    s3_row = ObjectVersion.of_legacy(10, 'etag "9b2cf535f27731c974343645a3985328-2" version_id 3HL4kqtJ').columns()
+    assert s3_row == {"bytes": 10, "etag": "9b2cf535f27731c974343645a3985328-2", "version_id": "3HL4kqtJ",
+                      "mtime_ns": None}
+    published = dict.fromkeys(read["unit_id"], "transcribed")
+    os.utime(folder / TOUCHED, ns=(1, 1))  # the same bytes written again: another mtime, the same size
+    assert late_changes(P, list_versions(fs, str(folder)), read, published).changed == (TOUCHED,)
+    manifest, _ = relist(fs, str(folder), read, [TOUCHED], 7200.0, 2)
+    assert manifest.height == 2 and manifest.columns == today.columns
 
 
 def test_relisting_some_keys_keeps_every_other_row_and_loses_no_key_asked_for(tmp_path):

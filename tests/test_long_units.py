@@ -267,6 +267,12 @@ def test_a_silent_window_is_part_of_its_unit_and_a_failed_one_fails_it_naming_th
     out = stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
                  read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
     assert out["outcomes"].select("result_class", "reason").row(0) == ("transcribed", "the stream goes on")
+    short = "truncated: decoded 100.0 s of 150.0 s declared (50.0 s missing)"  # it ended inside its last window
+    fragments["outcomes"] = fragments["outcomes"].with_columns(
+        pl.when(pl.col("unit_id") == "u.w0001").then(pl.lit(short)).otherwise("reason").alias("reason"))
+    out = stitch(fragments, plan, lambda uid, chunks: b"".join(chunks) and f"scores/{uid}",
+                 read_array=lambda uri: np.zeros((91, 1, 1), dtype=np.float32))
+    assert out["outcomes"].select("result_class", "reason", "num_words").row(0) == ("truncated", short, 1)
     out = stitched("failed")
     unit = out["outcomes"].row(0, named=True)
     assert unit["result_class"] == "failed" and unit["reason"] == "window 0 (0-100 s) of 2: RuntimeError: boom"

@@ -96,6 +96,35 @@ def test_header_reads_are_sized_to_what_the_format_asks(day):
     assert abs(len(decoded) / TARGET_SAMPLE_RATE - SECONDS) < 0.1 and pieces[COVER_ART].problem is None
 
 
+def test_a_header_that_does_not_parse_is_undecodable_at_once_and_an_estimate_leaves_video_out(tmp_path):
+    """An MP4 whose box header runs past the end (a 64-bit size cut off) raised `struct.error`, which the listing
+    retried as a storage error for 3.5 s and classed `fetch_failed` (unread: read again, forever). A WebM with
+    video and no stated length was estimated from its whole size at an audio bitrate: an hour of screen recording
+    listed as 78 hours (`too_long`)."""
+    import time
+
+    from batch_assets.source.containers import DecodeError
+    from batch_assets.source.ffmpeg import parse_ffmpeg_header
+    from batch_assets.source.header_probe import probe
+
+    cut = b"\x00\x00\x00\x10ftypM4A \x00\x00\x00\x00" + b"\x00\x00\x00\x01moov\x00\x00"
+    with pytest.raises(DecodeError, match="does not parse"):
+        probe(cut, ".m4a")
+    day = tmp_path / "2026-03-01"
+    day.mkdir()
+    (day / "cut.m4a").write_bytes(cut)
+    started = time.perf_counter()
+    manifest, _ = build_manifest(LocalFileSystem(), str(day), 7200.0, 1)
+    assert manifest["result_class"].to_list() == ["undecodable"] and time.perf_counter() - started < 2.0
+    live = ("Input #0, matroska,webm, from 'x.webm':\n  Duration: N/A, start: 0.000000, bitrate: N/A\n"
+            "  Stream #0:0: Video: vp8, yuv420p(tv), 1280x720, 30 fps\n"
+            "  Stream #0:1: Audio: opus, 48000 Hz, mono, fltp\n")
+    hour = parse_ffmpeg_header(live, 1_100_000_000)  # an hour of video at ~2.4 Mb/s beside its voice
+    assert hour.estimated and 1.0 < hour.duration_s / 3600 < 10.0, hour.duration_s / 3600
+    stated = parse_ffmpeg_header(live.replace("bitrate: N/A", "bitrate: 2444 kb/s"), 1_100_000_000)
+    assert abs(stated.duration_s - 3600) < 5, stated.duration_s  # a container bitrate, where one is stated
+
+
 @pytest.mark.e2e  # a partition run, its checks included
 def test_a_day_of_recorder_phone_browser_and_meeting_files_on_a_versioned_bucket_is_transcribed(tmp_path, lock_dir):
     """Issue 64: the day above on an S3 bucket with versioning on, all six assets and their checks (0 of 15 came
@@ -172,3 +201,11 @@ def test_a_stream_the_decoder_gives_up_on_keeps_what_decoded_and_says_so(tmp_pat
     assert piece.problem is None and piece.truncated and piece.num_samples == len(samples), piece
     assert piece.note.startswith("truncated: ffmpeg stopped (exit ") and "Reserved bit set" in piece.note, piece.note
     assert "0x" not in piece.note and f"of about {row['duration_s']:.1f} s estimated" in piece.note, piece.note
+    # in windows (a long unit), the windows past where ffmpeg gave up say so: a cut, not an estimate's overshoot
+    from batch_assets.long_units.windows import WindowSpec
+
+    plan, _ = prepare_flights(manifest, budget_s=1800.0, max_units=1, windows=WindowSpec(60.0, 10.0))
+    source = flight_source(plan, manifest, StorageResource().filesystem)
+    windows = [p for f in plan.sort("window")["flight_id"] for p in source.load(f).pieces.values()]
+    assert windows[0].problem is None and windows[0].num_samples == len(samples)
+    assert all(w.problem[0] == "truncated" and "ffmpeg stopped" in w.problem[1] for w in windows[1:]), windows[1]

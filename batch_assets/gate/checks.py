@@ -19,6 +19,7 @@ import polars as pl
 from pydantic import Field
 
 from batch_assets.gate.compare import gate
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.orchestration.partitions import daily_partitions
 from batch_assets.schema.results import UNREAD_CLASSES
 from batch_assets.settings import current_settings
@@ -73,7 +74,7 @@ def units_accounted_for(context: dg.AssetCheckExecutionContext, storage: Storage
 
 
 def _accounted_for(storage: StorageResource, partition: str) -> tuple[bool, dict]:
-    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    manifest = read_manifest(storage, partition)
     units = storage.read_parquet("transcripts", partition, "units")
     expected, found = set(manifest["unit_id"]), units["unit_id"].to_list()
     duplicates = sorted(u for u, n in collections.Counter(found).items() if n > 1)
@@ -95,7 +96,7 @@ def partition_has_audio(context: dg.AssetCheckExecutionContext, storage: Storage
 
 
 def _has_audio(storage: StorageResource, partition: str) -> tuple[bool, dict]:
-    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    manifest = read_manifest(storage, partition)
     units = storage.read_parquet("transcripts", partition, "units")
     processed = units.filter(pl.col("speech_s").is_not_null()).height  # units the GPU section ran VAD on
     return processed > 0, {

@@ -44,6 +44,7 @@ from batch_assets.gpu.steps.run_config import (
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.shard_work import read_planned_flights, run_shard, selected_units
 from batch_assets.gpu.steps.stop_requests import stop_requests
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.orchestration.dead_runs import record_process_identity
 from batch_assets.orchestration.io_manager import VALUES_FOLDER, discard_run_values
 from batch_assets.orchestration.partitions import backfill_policy, daily_partitions
@@ -98,7 +99,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
     for partition in partitions:
         with lease_refusals_fail(), partition_lease(context, storage, partition).held(
                 config.lease_wait_seconds, context.log.warning, release=False):
-            manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+            manifest = read_manifest(storage, partition)
             chosen = selected_units(config.units, manifest)
             if chosen is not None:  # checked before any GPU work: a rerun that cannot keep the other rows does nothing
                 try:

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from batch_assets.gpu.steps.run_config import refuse_a_bad_run_language
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
-from batch_assets.ingest.manifest import build_manifest, relist
+from batch_assets.ingest.manifest import build_manifest, read_manifest, relist
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
@@ -222,7 +222,7 @@ def current_manifest(storage: StorageResource, partition: str) -> pl.DataFrame |
     """The partition's current manifest (what the shrink guard compares with, and what a run listing only some
     objects keeps the other rows of), or None when it has none yet."""
     try:
-        return storage.read_parquet("fetched_audio", partition, "manifest")
+        return read_manifest(storage, partition)
     except FileNotFoundError:
         return None
 
@@ -237,7 +237,7 @@ def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, 
 
 def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource,
                        partition: str, lease: PartitionLease) -> dict:
-    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    manifest = read_manifest(storage, partition)
     plan, flights = prepare_flights(manifest, budget_s=config.decode_budget_seconds,
                                     max_units=config.max_units_per_flight, log=context.log.info,
                                     windows=window_spec(config))

@@ -39,7 +39,7 @@ from batch_assets.source.fetch import (
     with_retries,
 )
 from batch_assets.source.header_probe import RangedFile, probe_object
-from batch_assets.source.identity import IDENTITY_SCHEMA
+from batch_assets.source.identity import IDENTITY_SCHEMA, ObjectVersion
 from batch_assets.source.objects import opened, read_once
 from batch_assets.storage.paths import is_local, protocol
 
@@ -62,6 +62,23 @@ MANIFEST_SCHEMA = {
     "sidecar_language": pl.String,
 }
 SKIPPED_SCHEMA = {"source_uri": pl.String, "relative_key": pl.String, "reason": pl.String}
+
+
+def read_manifest(storage, partition: str) -> pl.DataFrame:
+    """The partition's manifest (`fetched_audio`), in today's schema whenever it was written: one written before
+    issue 64 has its `version` string parsed into the identity columns (`source/identity.py`), and the columns it
+    lacks null (`duration_estimated` false). FileNotFoundError when there is none."""
+    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    if "version" in manifest.columns:
+        identities = [None if size is None else ObjectVersion.of_legacy(size, version).columns()
+                      for size, version in zip(manifest["bytes"], manifest["version"], strict=True)]
+        manifest = manifest.drop("version").with_columns(
+            pl.Series(name, [None if i is None else i[name] for i in identities], dtype=IDENTITY_SCHEMA[name])
+            for name in ("etag", "version_id", "mtime_ns"))
+    missing = {name: pl.lit(False if name == "duration_estimated" else None, dtype=dtype)
+               for name, dtype in MANIFEST_SCHEMA.items() if name not in manifest.columns}
+    manifest = manifest.with_columns(value.alias(name) for name, value in missing.items())
+    return manifest.select(*MANIFEST_SCHEMA, *[c for c in manifest.columns if c not in MANIFEST_SCHEMA])
 
 
 def list_partition(fs, partition_path: str) -> list[str]:

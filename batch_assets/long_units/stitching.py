@@ -26,6 +26,7 @@ from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
 from batch_assets.models.languages import word_separator
 from batch_assets.schema.results import SILENT_REASON, ResultClass
+from batch_assets.source.ffmpeg import DECODER_STOPPED
 
 
 def _rejoin(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -188,8 +189,10 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     cut_reason = None
     if cut and all(o["result_class"] == ResultClass.TRUNCATED for o in ordered[cut:]):
         # the stream ended before these windows: the unit is the windows that decoded, classed truncated
-        cut_reason = None if estimated else _window_reason(ordered[cut], windows[cut], windows)  # an estimate's
-        windows, pieces, ordered = windows[:cut], pieces[:cut], ordered[:cut]  # windows past the stream: not a cut
+        stopped = any(DECODER_STOPPED in (o["reason"] or "") for o in ordered[cut:])  # the decoder gave up
+        cut_reason = None if estimated and not stopped else _window_reason(ordered[cut], windows[cut], windows)
+        windows, pieces, ordered = windows[:cut], pieces[:cut], ordered[:cut]  # an estimate's windows past the
+        # stream's end are no cut
     unit_cores, index = cores(windows), {p: i for i, p in enumerate(pieces)}
     result_class, reason = _unit_class(ordered, windows)
     duration = windows[-1].start_s + ordered[-1]["duration_s"]
@@ -230,6 +233,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     elif ordered[-1]["result_class"] in (ResultClass.TRANSCRIBED, ResultClass.SILENT) and (
             note := (ordered[-1]["reason"] or "").removesuffix(SILENT_REASON).rstrip("; ")):
         reason = "; ".join(r for r in (reason, note) if r)[:500]  # how the stream's length differed from the listing
+        if note.startswith("truncated:"):  # it ended well short of the listing inside its last window: a whole
+            result_class = str(ResultClass.TRUNCATED)  # unit that did so is truncated too (its words kept)
     words = words.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("word_index"),
                                pl.Series("segment_index", segment_indices(words["speaker"].to_list()), dtype=pl.Int64))
     vad_rows = [r for p in pieces for r in fragments["vad_units"].filter(pl.col("unit_id") == p).iter_rows(named=True)]

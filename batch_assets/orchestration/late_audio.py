@@ -24,6 +24,7 @@ import time
 import dagster as dg
 
 from batch_assets.ingest.late_audio import LateChanges, late_changes, list_versions
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.orchestration.alerts import STARTS_WITH, run_days, sensor_status, tell
 from batch_assets.orchestration.jobs import transcribe_partition_job
 from batch_assets.settings import current_settings
@@ -58,7 +59,7 @@ def days_in_flight(instance) -> list[tuple[str, str]]:
 def day_changes(storage: StorageResource, day: str) -> LateChanges | None:
     """The day's late changes; None when it has no manifest or no published units to compare with."""
     try:
-        manifest = storage.read_parquet("fetched_audio", day, "manifest")
+        manifest = read_manifest(storage, day)
         units = storage.read_parquet("transcripts", day, "units")
         published = dict(zip(units["unit_id"], units["result_class"], strict=True))
     except FileNotFoundError:

@@ -30,8 +30,10 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "duration_estimated": "The container states no exact length (a stream written to a pipe or recorded live, an MP3 "
                           "without a Xing frame): duration_s is the listing's estimate, and the GPU step decodes the "
                           "object to the end of its stream",
-    "declared_duration_s": "Seconds the audio's header declared (a truncated unit decoded fewer)",
-    "planned_duration_s": "Seconds the manifest declared when the unit was planned into its flight",
+    "declared_duration_s": "Seconds the audio's header declared, or the listing's estimate where it declared none "
+                           "(fetched_audio's duration_estimated); a truncated unit decoded fewer",
+    "planned_duration_s": "Seconds the unit was planned at: the manifest's duration (twice it where the listing only "
+                          "estimated it, duration_estimated)",
     "sample_rate": "Original sample rate (Hz)",
     "channels": "Original channel count",
     "result_class": "The unit's outcome (docs/outputs.md: Result classes)",

@@ -166,12 +166,13 @@ def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[FfmpegSt
             raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
-def stream_file(path: str, suffix: str) -> Iterator[np.ndarray]:
+def stream_file(path: str, suffix: str, stopped: list[str] | None = None) -> Iterator[np.ndarray]:
     """`decode_file`'s result in pieces, in order, holding one block at a time: how a recording of any length is
     decoded into windows. soundfile first; ffmpeg when soundfile cannot open the file, or from where soundfile
     stopped when it fails part-way (a body cut off: ffmpeg decodes what is there, as `decode_file` does). The
     concatenation is bit-identical to `decode_file`'s result, but for a lossy file soundfile failed on part-way
-    (there the samples before the failure are soundfile's, the rest ffmpeg's; `decode_file` takes all from ffmpeg)."""
+    (there the samples before the failure are soundfile's, the rest ffmpeg's; `decode_file` takes all from ffmpeg).
+    `stopped` gets what ffmpeg said where it gave up part-way (`AudioInfo.stopped` of `decode_file`)."""
     done = 0
     try:
         with _soundfile_handle(path, suffix) as handle:
@@ -194,6 +195,8 @@ def stream_file(path: str, suffix: str) -> Iterator[np.ndarray]:
                     yield piece[done:]
                     done = 0
             yield from resampled.pieces(None)
+            if stream.stopped and stopped is not None:
+                stopped.append(stream.stopped)
 
 
 def decode(data: bytes, suffix: str) -> tuple[np.ndarray, AudioInfo]:

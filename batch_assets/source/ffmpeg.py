@@ -29,6 +29,9 @@ _CONTEXT = re.compile(r"\[[^\]]* @ 0x[0-9a-f]+\]\s*")  # ffmpeg's "[aac @ 0x55â€
 _BITS = {"u8": 8, "s16": 16, "s24": 24, "s32": 32, "flt": 32, "dbl": 64, "s64": 64}
 FLAC_RATIO = 0.6  # a FLAC's bytes per PCM byte, about (speech): a length estimate where none is stated
 FALLBACK_BITRATE_BPS = 32_000  # a compressed stream's bitrate when nothing states one (Opus and Vorbis voice)
+DECODER_STOPPED = "ffmpeg stopped"  # how a reason says that ffmpeg gave up part-way (`FfmpegStream.stopped`)
+FALLBACK_VIDEO_BITRATE_BPS = 500_000  # beside it, a video's (a screen or meeting recording) when nothing states one
+_OVERALL = re.compile(r"Duration: [^\n]*bitrate: (\d+) kb/s")
 _CHANNEL_NAMES = {"mono": 1, "stereo": 2, "2.1": 3, "quad": 4, "5.0": 5, "5.1": 6, "6.1": 7, "7.1": 8}
 
 
@@ -77,7 +80,7 @@ class FfmpegStream:
                                           for line in errors.read().decode(errors="replace").splitlines()))
                 if not decoded:
                     raise DecodeError(f"ffmpeg could not decode: {'; '.join(said)[:200]}")
-                self.stopped = f"ffmpeg stopped (exit {code}): {'; '.join(said[:2])[:200]}"
+                self.stopped = f"{DECODER_STOPPED} (exit {code}): {'; '.join(said[:2])[:200]}"
 
 
 def parse_ffmpeg_header(stderr: str, size: int, by_size: bool = False) -> AudioInfo:
@@ -85,7 +88,8 @@ def parse_ffmpeg_header(stderr: str, size: int, by_size: bool = False) -> AudioI
     `DecodeError` when it names none. The frames are ffmpeg's duration, `estimated` where ffmpeg says it estimated
     it from the bitrate; where it states none (a live WebM or MKA, a FLAC written to a pipe) or `by_size` (the
     container states none, whatever ffmpeg made of the first fragment), an estimate from the size and the stream's
-    bitrate (as stated, else PCM's, or a FLAC's at `FLAC_RATIO`, or `FALLBACK_BITRATE_BPS`)."""
+    bitrate (as stated, else PCM's, or a FLAC's at `FLAC_RATIO`, or `FALLBACK_BITRATE_BPS`; with a video stream, the
+    container's bitrate, else that plus `FALLBACK_VIDEO_BITRATE_BPS`)."""
     stream, duration = _STREAM.search(stderr), None if by_size else _DURATION.search(stderr)
     if stream is None:
         last = stderr.strip().splitlines()[-1:] or ["no audio stream"]
@@ -99,4 +103,7 @@ def parse_ffmpeg_header(stderr: str, size: int, by_size: bool = False) -> AudioI
     pcm = rate * channels * _BITS.get(stream.group(4) or "", 16)
     bitrate = (int(stated.group(1)) * 1000 if stated else pcm if codec.startswith("pcm_")
                else pcm * FLAC_RATIO if codec == "flac" else FALLBACK_BITRATE_BPS)
-    return AudioInfo(rate, channels, int(size * 8 / bitrate * rate), True)
+    if "Video:" in stderr:  # the size holds the video too: the container's bitrate, else a video's guessed beside
+        overall = _OVERALL.search(stderr)
+        bitrate = int(overall.group(1)) * 1000 if overall else bitrate + FALLBACK_VIDEO_BITRATE_BPS
+    return AudioInfo(rate, channels, int(size * 8 / max(bitrate, 1000) * rate), True)

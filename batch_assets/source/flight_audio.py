@@ -192,12 +192,14 @@ class FlightSource:
         unit = self.units[planned.unit_id]
         if samples is None:
             decoded_s = stream.decoded / TARGET_SAMPLE_RATE
-            return None, DecodedPiece(problem=(ResultClass.TRUNCATED, (
+            said = f"truncated: {stream.stopped[0]}; decoded {decoded_s:.1f} s" if stream.stopped else (
                 truncation(unit.duration_s, decoded_s) or f"decoded {decoded_s:.1f} s of {unit.duration_s:.1f} s")
-                + f": window {planned.window} of {planned.windows} planned from the listing was not reached"))
+            return None, DecodedPiece(problem=(ResultClass.TRUNCATED, said + (
+                f": window {planned.window} of {planned.windows} planned from the listing was not reached")))
         read = stream.read  # the last window's reason says how the unit's length differs; its class stays the
         # window's own (the stitched unit's class comes from its windows')
-        note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated)[0] if last else ""
+        note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated,
+                            stream.stopped[0] if stream.stopped else "")[0] if last else ""
         if last and stream.goes_on:  # told, never dropped quietly (windowing past the listing is not built)
             note = (f"the stream goes on past the {planned.windows} window(s) planned from the listed "
                     f"{unit.duration_s:.1f} s: what follows {stream.decoded / TARGET_SAMPLE_RATE:.1f} s was not "

@@ -214,9 +214,21 @@ class _After(RangedFile):
                          outer.block, outer.limit, outer.tail)
 
 
+# what a header that does not parse raises in the parsers here (a box cut short, an impossible size): not retried
+_HEADER_ERRORS = (struct.error, ValueError, KeyError, IndexError, ZeroDivisionError, OverflowError)
+
+
 def probe_object(handle: RangedFile, suffix: str) -> AudioInfo:
     """Rate, channels and frames of the object behind `handle` (its `bytes_read` then says what the probe cost,
-    whether or not it found a header); `DecodeError` when no reader finds an audio header in its head and tail."""
+    whether or not it found a header); `DecodeError` when no reader finds an audio header in its head and tail, or
+    the header it finds does not parse (storage errors propagate, to be retried)."""
+    try:
+        return _probe(handle, suffix)
+    except _HEADER_ERRORS as error:
+        raise DecodeError(f"an audio header that does not parse ({type(error).__name__}: {str(error)[:120]})") from None
+
+
+def _probe(handle: RangedFile, suffix: str) -> AudioInfo:
     if suffix in (".ogg", ".opus"):  # its length is in its last page: one read of the tail libsndfile searches
         handle.tail = max(handle.tail, OGG_TAIL)
     if handle.pread(4, 4) == b"ftyp":

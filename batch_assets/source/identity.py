@@ -20,6 +20,7 @@ versioning was never enabled or suspended; that is no version to pin, and is sto
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import polars as pl
 
@@ -47,6 +48,15 @@ class ObjectVersion:
         """From an fsspec `info`/`find(detail=True)` entry of an object store."""
         return cls.of_s3(info["size"], info.get("ETag") or info.get("etag"),
                          info.get("VersionId") or info.get("version_id"))
+
+    @classmethod
+    def of_legacy(cls, size: int, version: str | None) -> ObjectVersion:
+        """From a manifest written before issue 64: its one `version` string ('etag "…"', ' version_id …', or
+        'mtime_ns …')."""
+        found = dict(re.findall(r'(etag|version_id|mtime_ns) "?([^"\s]+)"?', version or ""))
+        mtime = found.get("mtime_ns")
+        return cls.of_s3(size, found.get("etag"), found.get("version_id")) if mtime is None else cls(
+            int(size), mtime_ns=int(mtime))
 
     @classmethod
     def of_row(cls, row: dict) -> ObjectVersion:

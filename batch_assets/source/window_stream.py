@@ -35,6 +35,7 @@ class WindowStream:
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
         self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
         self.goes_on = False  # the stream holds audio past the unit's last planned window
+        self.stopped: list[str] = []  # what ffmpeg said where it gave up part-way
         self.held: dict[int, tuple[float, np.ndarray]] = {}
 
     def take(self, window: int, last: bool = False) -> tuple[float, np.ndarray | None, Exception | None]:
@@ -50,7 +51,7 @@ class WindowStream:
                 if self.windows is None and self.next == 0:
                     path, self.read, self.stack = self.stage()
                     self.staged_by = window
-                    self.windows = split_windows(stream_file(path, self.suffix), self.spec)
+                    self.windows = split_windows(stream_file(path, self.suffix, self.stopped), self.spec)
                 while self.windows is not None and self.next <= window:
                     index = self.next
                     start_s, samples = next(self.windows, (None, None))

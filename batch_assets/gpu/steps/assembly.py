@@ -27,6 +27,7 @@ from batch_assets.gpu.steps.shard_work import (
     run_switches,
     selected_units,
 )
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.long_units.stitching import stitch
 from batch_assets.long_units.windows import window_pieces
 from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_refusals_fail, partition_lease
@@ -62,7 +63,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     this root run already wrote from the same plan (a re-execution of a run that failed later) is not written
     again: its metadata is read from the tables in place.
     """
-    manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+    manifest = read_manifest(storage, partition)
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())

@@ -23,6 +23,7 @@ from batch_assets.gpu.steps.shard_work import (
     run_switches,
     selected_units,
 )
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.storage.resource import StorageResource
 
 
@@ -33,7 +34,7 @@ def leftover_specs(context: dg.OpExecutionContext, config: ListConfig, storage: 
     identity = gpu.commit_identity(run_switches(config))
     specs = []
     for partition in context.partition_keys:
-        manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+        manifest = read_manifest(storage, partition)
         chosen = selected_units(config.units, manifest)
         planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())
         commits = FlightCommits(storage, partition, root_run_id(context), identity)

@@ -37,6 +37,7 @@ from batch_assets.gpu.steps.run_config import (
 )
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.stop_requests import StopRequests
+from batch_assets.ingest.manifest import read_manifest
 from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
@@ -77,7 +78,7 @@ def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.
     manifest); with the step's `config` (its hints and language) and the `routing`, fingerprinted with what the run
     config gives each unit, as every step that judges commits does."""
     if manifest is None:
-        manifest = storage.read_parquet("fetched_audio", partition, "manifest")
+        manifest = read_manifest(storage, partition)
     inputs = unit_inputs(manifest, config, routing or {}) if config is not None else None
     return planned_flights(manifest, storage.read_parquet("prepared_flights", partition, "plan"),
                            storage.read_parquet("prepared_flights", partition, "flights"), units, inputs)
@@ -156,7 +157,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     ok = plan.filter(pl.col("flight_id").is_in(pending))
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
-    manifest = storage.read_parquet("fetched_audio", commits.partition, "manifest")
+    manifest = read_manifest(storage, commits.partition)
     hints = unit_speaker_hints(manifest, run_hints(config))
     languages = unit_languages(manifest, checked_run_language(config, gpu.routing()))
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
