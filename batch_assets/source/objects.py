@@ -140,14 +140,7 @@ def _chunks(fs, path: str, listed: ObjectVersion | None, confine_to: str | None)
     """The object's identity now (first), then its bytes in chunks: `listed`'s bytes, or `ChangedSinceListed`."""
     if _local(fs, confine_to):
         with open_confined(confine_to, relative_key(confine_to, path)) as handle:
-            before = _fd_version(handle)
-            if listed is not None and (why := listed.differs(before)) is not None:
-                raise ChangedSinceListed(f"changed since listed: {why}")
-            yield before
-            while chunk := handle.read(CHUNK):
-                yield chunk
-            if (why := before.differs(_fd_version(handle))) is not None:
-                raise ChangedSinceListed(f"changed while read: {why}")
+            yield from _unchanged(handle, listed, lambda: _fd_version(handle))
         return
     if _is_s3(fs):
         source = _S3Object(fs, path)
@@ -156,14 +149,21 @@ def _chunks(fs, path: str, listed: ObjectVersion | None, confine_to: str | None)
         for start in range(0, pinned.size, CHUNK):
             yield source.read(pinned, start, min(pinned.size, start + CHUNK))
         return
-    before = ObjectVersion.of_info(fs.info(path, refresh=True))
+    with fs.open(path, "rb", block_size=CHUNK) as handle:
+        yield from _unchanged(handle, listed, lambda: ObjectVersion.of_info(fs.info(path, refresh=True)))
+
+
+def _unchanged(handle: BinaryIO, listed: ObjectVersion | None,
+               identity: Callable[[], ObjectVersion]) -> Iterator[bytes | ObjectVersion]:
+    """`_chunks` of a store that pins nothing: the identity (`identity()`) before the read, checked against `listed`,
+    then the bytes, then the identity again, which must not have moved."""
+    before = identity()
     if listed is not None and (why := listed.differs(before)) is not None:
         raise ChangedSinceListed(f"changed since listed: {why}")
     yield before
-    with fs.open(path, "rb", block_size=CHUNK) as handle:
-        while chunk := handle.read(CHUNK):
-            yield chunk
-    if (why := before.differs(ObjectVersion.of_info(fs.info(path, refresh=True)))) is not None:
+    while chunk := handle.read(CHUNK):
+        yield chunk
+    if (why := before.differs(identity())) is not None:
         raise ChangedSinceListed(f"changed while read: {why}")
 
 
