@@ -521,7 +521,12 @@ def test_a_plain_run_after_a_ctrl_c_reuses_the_stopped_runs_commits(tmp_path):
     after = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION], env=env,
                            capture_output=True, text=True, timeout=600)
     assert after.returncode == 0, after.stdout[-3000:]
-    assert "2 of 2 flights done" in after.stdout, after.stdout
+    # The commit of flight 1 is written beside the device's work on flight 2 (host work overlaps it), so the signal
+    # may find flight 2 past its last safe point: it then ends and commits, and the next run has nothing to compute
+    if len(committed) < 2:
+        assert "2 of 2 flights done" in after.stdout, after.stdout
+    else:
+        assert "flights done" not in after.stdout, after.stdout
     # builtin models on audio that is not the bundled sample: said once, with the production models' flags (issue 64)
     assert after.stdout.count("trained on synthetic (espeak-ng) speech only") == 1, after.stdout
     log = pathlib.Path(re.search(r"event log and library warnings: (\S+)", after.stdout).group(1)).read_text()
