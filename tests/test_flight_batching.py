@@ -29,7 +29,7 @@ from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
 from batch_assets.gpu.steps.resources import GpuResource
 from batch_assets.models.loaders import load_diarization_pipeline
 from batch_assets.models.production_shaped import COMMUNITY1_SHAPED
-from batch_assets.source.flight_audio import FlightAudio
+from batch_assets.source.pieces import FlightAudio
 from batch_assets.storage.resource import REPO_ROOT
 
 from .conftest import in_decoder_mode

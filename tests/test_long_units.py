@@ -29,6 +29,7 @@ from batch_assets.long_units.windows import (
     split_windows,
 )
 from batch_assets.source.decode import decode_file, stream_file
+from batch_assets.source.identity import ObjectVersion
 
 from . import deployments
 from .conftest import SAMPLE_SOURCE, TABLES, assert_same_results, make_resources, materialize_partition, tables_of
@@ -121,20 +122,54 @@ def test_a_units_windows_load_in_any_order_and_from_a_resumed_plan(tmp_path):
     assert source._streams[manifest["unit_id"][0]].stack is None  # closed after its last window taken
     with pytest.raises(ValueError, match="pass every window"):
         flight_source(resumed, manifest, lambda uri: (fs, uri))
-    # listed shorter than it decodes (a length the container only estimated): the stream going on past the last
-    # planned window is told on that window, never dropped quietly (issue 64)
-    def loaded(estimate: float) -> list:
-        listed = manifest.with_columns(pl.lit(estimate).alias("duration_s"), pl.lit(True).alias("duration_estimated"))
-        plan, _ = prepare_flights(listed, budget_s=1800.0, max_units=8, windows=spec)
-        source = flight_source(plan, listed, lambda uri: (fs, fs._strip_protocol(uri)))
-        return [p for f in plan.sort("window")["flight_id"] for p in source.load(f).pieces.values()]
 
-    within = loaded(120.0)  # planned at twice its estimate (ESTIMATE_MARGIN): 240 s of windows for its 200 s
-    assert [p.num_samples for p in within[:4]] == [len(w) for _, w in expected] and within[4].problem[0] == "truncated"
-    assert all(p.note == "" for p in within[:4])  # a window past the end of an estimated stream: dropped at stitching
-    past = loaded(60.0)[-1]  # 120 s of windows for 200 s: what follows is told
-    assert past.problem is None and "the stream goes on past the 3 window(s) planned from the listed 60.0 s" in \
-        past.note, past
+
+def test_a_unit_found_longer_than_its_plan_is_measured_and_planned_again_in_windows(tmp_path):
+    """Issue 64: a length the container only estimated, found short of the stream. Planned in windows (a 60 s
+    estimate: 120 s of windows for 200 s) or whole (a 20 s estimate: 40 s, under a 60 s window), the unit is decoded to
+    the end of its stream without being held whole and its length told (`measured`); the plan laid out again from
+    it (`replanned`) has the windows the whole stream cuts, keeps the rows (and so the commits) of the windows that
+    were already right, and loads them as the stream cuts them. A measurement of another version is ignored."""
+    import fsspec
+    import soundfile as sf
+
+    from batch_assets.gpu.steps.resume import planned_flights
+    from batch_assets.ingest.manifest import build_manifest
+    from batch_assets.ingest.measured_lengths import MeasuredLength, replanned, valid_measurements, with_measured
+    from batch_assets.ingest.prepare import prepare_flights
+    from batch_assets.source.flight_audio import flight_source
+
+    (tmp_path / "day").mkdir()
+    sf.write(tmp_path / "day" / "long.wav", 0.1 * np.random.default_rng(5).standard_normal(200 * SAMPLE_RATE)
+             .astype(np.float32), SAMPLE_RATE, subtype="FLOAT")
+    fs = fsspec.filesystem("file")
+    manifest, _ = build_manifest(fs, str(tmp_path / "day"), 7200.0, 1)
+    uid, spec = manifest["unit_id"][0], WindowSpec(60.0, 10.0)
+    expected = list(split_windows(stream_file(str(tmp_path / "day" / "long.wav"), ".wav"), spec))
+    for estimate, last_kept in ((60.0, 1), (20.0, -1)):
+        listed = manifest.with_columns(pl.lit(estimate).alias("duration_s"), pl.lit(True).alias("duration_estimated"))
+        plan, flights = prepare_flights(listed, budget_s=1800.0, max_units=8, windows=spec)
+        told: list[tuple] = []
+        source = flight_source(plan, listed, lambda uri: (fs, fs._strip_protocol(uri)), spec=spec,
+                               measured=lambda *args, told=told: told.append(args))
+        pieces = [p for f in flights["flight_id"] for p in source.load(f).pieces.values()]
+        assert told == [(uid, ObjectVersion.of_row(listed.row(0, named=True)).token(), 200 * SAMPLE_RATE)], told
+        if estimate == 20.0:  # planned whole: not processed whole past a window, nor cut
+            assert pieces[0].problem[0] == "failed" and "planned again in windows of 60 s" in pieces[0].problem[1]
+        valid = valid_measurements(listed, {uid: MeasuredLength(uid, told[0][1], told[0][2])})
+        assert valid == {uid: 200.0} and not valid_measurements(listed, {uid: MeasuredLength(uid, "other", 1)})
+        again, again_flights = replanned(plan, flights, valid, spec)
+        assert again.sort("window")["num_samples"].to_list() == [len(w) for _, w in expected]
+        assert again_flights["audio_s"].sum() == again["num_samples"].sum() / SAMPLE_RATE
+        before, after = (planned_flights(listed, p, f) for p, f in ((plan, flights), (again, again_flights)))
+        kept = [f.flight_id for f in before if f in after]
+        assert kept == [f.flight_id for f in before[: last_kept + 1]], (before, after)  # fingerprints unchanged
+        resumed = flight_source(again, with_measured(listed, valid), lambda uri: (fs, fs._strip_protocol(uri)),
+                                spec=spec)
+        for w, flight_id in zip(again["window"], again["flight_id"], strict=True):
+            assert np.array_equal(resumed.load(flight_id).audio, expected[w][1]), w
+        replan, _ = prepare_flights(with_measured(listed, valid), budget_s=1800.0, max_units=8, windows=spec)
+        assert replan["num_samples"].to_list() == again.sort("window")["num_samples"].to_list()  # the next plan
 
 
 def _frame(schema: dict, rows: list[dict]) -> pl.DataFrame:
@@ -492,3 +527,38 @@ def test_rerunning_a_windowed_unit_gives_its_rows_again_and_keeps_the_others(win
     assert result.success
     assert_arrays_load(resources["storage"])
     assert_same_results(before, tables_of(windowed_run, LONG_DAY))
+
+
+@pytest.mark.e2e
+def test_a_piped_recording_longer_than_its_estimate_is_windowed_in_the_run_not_cut(tmp_path, lock_dir):
+    """Issue 64: a FLAC written to a pipe (no length in its header) of 150 s, 100 of them digital silence: its size
+    says about 53 s, so it is planned whole at twice that (106 s, under the 120 s window). The shard step decodes it
+    to the end without holding it past a window, records its length, and the run's leftover step processes it in the
+    two windows its stream cuts; the assembly stitches them: the whole recording, transcribed, on one clock."""
+    import subprocess
+
+    from batch_assets.ingest.manifest import read_manifest
+    from batch_assets.ingest.measured_lengths import current_plan
+    from batch_assets.source.ffmpeg import ffmpeg_exe
+
+    key, day = "hearings/piped.flac", tmp_path / "source" / LONG_DAY
+    (day / "hearings").mkdir(parents=True)
+    with open(day / key, "wb") as piped:
+        subprocess.run([ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-i", str(SAMPLE_SOURCE / "2026-01-15" /
+                        SHORT_KEYS[0]), "-af", "apad=pad_dur=100", "-ar", "16000", "-c:a", "flac", "-f", "flac",
+                        "pipe:1"], stdout=piped, check=True)
+    resources = make_resources(tmp_path / "storage", lock_dir, tmp_path / "source")
+    result = materialize_partition(resources, LONG_DAY, WINDOWED)
+    assert result.success
+    storage = resources["storage"]
+    listed = read_manifest(storage, LONG_DAY).row(0, named=True)
+    prepared = storage.read_parquet("prepared_flights", LONG_DAY, "plan")
+    assert listed["duration_estimated"] and 40 < listed["duration_s"] < 60 and prepared["window"].is_null().all()
+    current = current_plan(storage, LONG_DAY, read_manifest(storage, LONG_DAY))
+    assert current.plan["window"].to_list() == [0, 1] and current.plan["window_start_s"].to_list() == [0.0, 110.0]
+    assert any("gpu_leftover" in e.step_key for e in result.all_events if e.is_step_success)
+    unit = storage.read_parquet("transcripts", LONG_DAY, "units").row(0, named=True)
+    assert unit["result_class"] == "transcribed" and not unit["reason"], unit
+    assert unit["duration_s"] == pytest.approx(149.79, abs=0.05), unit
+    words = storage.read_parquet("transcripts", LONG_DAY, "words")
+    assert len(words) > 20 and (words["start_s"].diff().drop_nulls() >= 0).all() and words["end_s"].max() < 55

@@ -177,7 +177,7 @@ def test_a_damaged_space_stops_the_section_before_anything_is_committed(tmp_path
     from batch_assets.gpu.section.runner import FlightWork, run_section
     from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.long_units.long_audio import sample_audio_paths
-    from batch_assets.source.flight_audio import FlightAudio
+    from batch_assets.source.pieces import FlightAudio
 
     samples, rate = sf.read(sample_audio_paths(speech_only=True)[0], dtype="float32")
     audio = samples[: 12 * rate]

@@ -16,6 +16,7 @@ from pydantic import Field
 from batch_assets.gpu.steps.run_config import refuse_a_bad_run_language
 from batch_assets.ingest.flights import DECODE_BUDGET_S, MAX_UNITS_PER_FLIGHT
 from batch_assets.ingest.manifest import build_manifest, read_manifest, relist
+from batch_assets.ingest.measured_lengths import read_measured, valid_measurements, with_measured
 from batch_assets.ingest.prepare import prepare_flights
 from batch_assets.ingest.units import UnitIdCollision, escaped
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WINDOW_OVERLAP_SECONDS, WINDOW_SECONDS, WindowSpec
@@ -238,7 +239,8 @@ def prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, 
 def _prepare_partition(context: dg.AssetExecutionContext, config: PrepareConfig, storage: StorageResource,
                        partition: str, lease: PartitionLease) -> dict:
     manifest = read_manifest(storage, partition)
-    plan, flights = prepare_flights(manifest, budget_s=config.decode_budget_seconds,
+    measured = valid_measurements(manifest, read_measured(storage, partition))  # lengths a GPU step decoded
+    plan, flights = prepare_flights(with_measured(manifest, measured), budget_s=config.decode_budget_seconds,
                                     max_units=config.max_units_per_flight, log=context.log.info,
                                     windows=window_spec(config))
     with storage.replace_partition("prepared_flights", partition, fence=lease.check) as outputs:

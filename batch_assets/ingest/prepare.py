@@ -10,7 +10,8 @@ A unit longer than the window (`windows.WindowSpec`, `max_unit_seconds`) flies a
 flight of its own (`{flight_id}-w{window:04d}`, a plan row per window with its `window` and `window_start_s`),
 planned from the listed duration as `windows.split_windows` cuts the decoded stream: the GPU step decodes the unit
 streaming into those windows, holding one window, not the recording. A unit whose container states no length is
-planned at `ESTIMATE_MARGIN` times the listing's estimate. No Dagster.
+planned at `ESTIMATE_MARGIN` times the listing's estimate, or from the length a GPU step measured
+(`measured_lengths.py`: the caller gives the manifest with it). No Dagster.
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ PLAN_SCHEMA = {
     "window": pl.Int64,  # a windowed unit's window (null: the unit is processed whole)
     "window_start_s": pl.Float64,  # where that window starts in the unit
 }
-FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64}
+# each row also gives the plan's window spec: the GPU step windows a unit it finds longer than its estimate by it
+FLIGHTS_SCHEMA = {"flight_id": pl.String, "num_units": pl.Int64, "audio_s": pl.Float64, "window_seconds": pl.Float64,
+                  "window_overlap_s": pl.Float64}
 DEFAULT_WINDOWS = WindowSpec()
 # A length the container does not state (`duration_estimated`) is planned at this many times its estimate: a stream
 # up to that much longer than its estimate is decoded whole or into windows planned for it (windows past its end are
-# dropped: `long_units/stitching.py`), one longer still is processed up to its last planned window and says so.
+# dropped: `long_units/stitching.py`); one found longer than a window is measured by the GPU step and planned again
+# in windows (`measured_lengths.py`).
 ESTIMATE_MARGIN = 2.0
 
 
@@ -73,12 +77,14 @@ def prepare_flights(
     for planned in plan:
         by_flight.setdefault(planned.flight_id, []).append(planned)
     plan_rows, flight_rows = [], []
+    spec = {"window_seconds": windows.seconds, "window_overlap_s": windows.overlap_s}
     for flight_id, units in by_flight.items():
         if units[0].unit_id in windowed:
             for window, (start_s, samples) in enumerate(planned_windows(units[0].duration_s, windows)):
                 window_id = f"{flight_id}-w{window:04d}"
                 plan_rows.append(_row(units[0], window_id, 0, samples, window, start_s))
-                flight_rows.append({"flight_id": window_id, "num_units": 1, "audio_s": samples / TARGET_SAMPLE_RATE})
+                flight_rows.append({"flight_id": window_id, "num_units": 1, "audio_s": samples / TARGET_SAMPLE_RATE}
+                                   | spec)
             log(f"{flight_id}: {units[0].unit_id} in {window + 1} windows")
             continue
         offset = 0
@@ -86,5 +92,6 @@ def prepare_flights(
             samples = round(planned.duration_s * TARGET_SAMPLE_RATE)
             plan_rows.append(_row(planned, flight_id, offset, samples))
             offset += samples
-        flight_rows.append({"flight_id": flight_id, "num_units": len(units), "audio_s": offset / TARGET_SAMPLE_RATE})
+        flight_rows.append({"flight_id": flight_id, "num_units": len(units), "audio_s": offset / TARGET_SAMPLE_RATE}
+                           | spec)
     return pl.DataFrame(plan_rows, schema=PLAN_SCHEMA), pl.DataFrame(flight_rows, schema=FLIGHTS_SCHEMA)

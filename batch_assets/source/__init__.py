@@ -12,6 +12,6 @@ The map, in the order a byte travels:
   estimate where the container states none (`duration_estimated`);
 - `ffmpeg.py`: the bundled ffmpeg's word on a file (rate, channels, length or an estimate) and its decode of one;
 - `decode.py`: libsndfile or ffmpeg to 16 kHz mono float32, to the end of the stream;
-- `flight_audio.py`, `window_stream.py`: the GPU step's flights, each object read once and decoded (whole, or
-  streaming into a long unit's windows).
+- `pieces.py`, `flight_audio.py`, `window_stream.py`: the GPU step's flights, each object read once and decoded
+  (whole, or streaming into a long unit's windows; a unit longer than its plan's room measured, not held).
 """

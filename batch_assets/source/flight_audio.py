@@ -13,7 +13,11 @@ class and reason it did not decode (`changed_since_listed`, `fetch_failed`, `und
 never fails a flight. A unit whose decoded length differs from its listed duration is processed as decoded with a
 reason (`note`); well short of it is `truncated` (`schema/results.py: truncation`), unless the listing only estimated
 its length (`duration_estimated`: the container states none): then what decoded to the end of its stream is the
-unit, with nothing to say.
+unit, with nothing to say. Such a unit is decoded streaming and never held past a window (the plan's `spec`): a
+longer stream, or a windowed unit's going on past its last planned window, is decoded to its end, counted only, and
+its length told (`measured`): the step records it and the plan lays the unit out again in windows
+(`ingest/measured_lengths.py`); a unit planned whole is then `failed` in this flight, whose commit the new plan
+no longer takes.
 
 A windowed unit (`long_units/windows.py`) is decoded streaming into its planned windows: the first load of one of
 its windows stages the object once and opens one decoding stream, each window's load decodes up to its window
@@ -35,90 +39,23 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.long_units.windows import WindowSpec, piece_id, planned_spec
+from batch_assets.long_units.windows import WindowSpec, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
-from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, suffix_of
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
 from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
 from batch_assets.source.identity import ObjectVersion
 from batch_assets.source.objects import ReadObject, read_once
+from batch_assets.source.pieces import (
+    DecodedPiece,
+    FlightAudio,
+    PlannedPiece,
+    UnitSource,
+    failed_piece,
+    length_note,
+)
 from batch_assets.source.window_stream import WindowStream
 
-# Decoded longer than listed by more than this is worth a reason (containers round their durations)
-LENGTH_TOLERANCE_S = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class UnitSource:
-    """A unit as listed: where its object is and what it was (size, version, duration)."""
-
-    unit_id: str
-    source_uri: str
-    relative_key: str
-    listed: ObjectVersion
-    duration_s: float
-    estimated: bool = False  # the container stated no exact length: `duration_s` is the listing's estimate
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedPiece:
-    """A plan row of a flight: a unit, or one window of a windowed unit."""
-
-    unit_id: str
-    window: int | None = None
-    windows: int = 1  # the unit's planned windows
-    planned_s: float = 0.0  # the window's planned seconds (a whole unit: its listed duration)
-
-    @property
-    def piece(self) -> str:
-        return piece_id(self.unit_id, self.window)
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodedPiece:
-    """How one piece of a flight decoded: its samples' place in the flight's audio, or why it has none."""
-
-    offset_samples: int = 0
-    num_samples: int = 0
-    problem: tuple[ResultClass, str] | None = None  # not decoded: its class and reason
-    note: str = ""  # decoded, not as listed: why (a truncation, or longer than listed)
-    truncated: bool = False
-    sha256: str | None = None  # of the object (a windowed unit: on each window)
-    bytes_read: int = 0
-
-
-@dataclasses.dataclass
-class FlightAudio:
-    """A flight's decoded audio and how each of its pieces decoded."""
-
-    flight_id: str
-    audio: np.ndarray
-    pieces: dict[str, DecodedPiece]
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(p.bytes_read for p in self.pieces.values())
-
-
-def _length_note(listed_s: float, decoded_s: float, estimated: bool = False, stopped: str = "") -> tuple[str, bool]:
-    """(reason, truncated) for a unit that decoded to `decoded_s` of `listed_s` listed (`estimated`: the listing
-    only estimated it, so a difference says nothing about the object; `stopped`: the decoder gave up part-way)."""
-    if estimated:
-        if stopped:
-            return f"truncated: {stopped}; decoded {decoded_s:.1f} s of about {listed_s:.1f} s estimated", True
-        return "", False
-    if reason := truncation(listed_s, decoded_s):
-        return reason + (f" ({stopped})" if stopped else ""), True
-    if stopped:
-        return f"{stopped}; decoded {decoded_s:.1f} s of {listed_s:.1f} s listed", False
-    if decoded_s - listed_s > LENGTH_TOLERANCE_S:
-        return f"decoded {decoded_s:.1f} s, {listed_s:.1f} s listed: processed as decoded", False
-    return "", False
-
-
-def _failed(error: Exception) -> DecodedPiece:
-    cls = {FetchError: ResultClass.FETCH_FAILED, ChangedSinceListed: ResultClass.CHANGED_SINCE_LISTED}.get(
-        type(error), ResultClass.UNDECODABLE)
-    return DecodedPiece(problem=(cls, str(error)[:500]))
+DEFAULT_SPEC = WindowSpec()  # a plan's windows, where it says nothing else (`ingest/measured_lengths.py: plan_spec`)
 
 
 class FlightSource:
@@ -127,13 +64,16 @@ class FlightSource:
     def __init__(self, pieces: dict[str, list[PlannedPiece]], units: dict[str, UnitSource],
                  filesystem: Callable[[str], tuple[object, str]], workers: int = 1,
                  retries: RetryPolicy = DEFAULT_RETRIES, windows: dict[str, WindowSpec] | None = None,
-                 tmp_dir: str | None = None, latency_s: float = 0.0):
+                 tmp_dir: str | None = None, latency_s: float = 0.0, spec: WindowSpec = DEFAULT_SPEC,
+                 measured: Callable[[str, str, int], None] = lambda *_: None):
         """`pieces`: each flight's plan rows; `units`: each unit as listed; `filesystem(uri)`: (fs, path) of a source
         URI; `workers`: a flight's units fetched and decoded at once; `windows`: each windowed unit's window spec
-        (as its plan laid it out); `latency_s`: simulated storage latency per object fetched (benchmarks)."""
+        (as its plan laid it out); `latency_s`: simulated storage latency per object fetched (benchmarks); `spec`:
+        the plan's window spec; `measured(unit_id, identity token, samples)`: told the length of a unit found
+        longer than its plan's room (`ingest/measured_lengths.py` plans it again from it)."""
         self.pieces, self.units, self.filesystem = pieces, units, filesystem
         self.workers, self.retries, self.windows, self.tmp_dir = max(1, workers), retries, windows or {}, tmp_dir
-        self.latency_s = latency_s
+        self.latency_s, self.spec, self.measured = latency_s, spec, measured
         self._streams: dict[str, WindowStream] = {}
         self._streams_lock = threading.Lock()
         self._early: dict[str, concurrent.futures.Future] = {}
@@ -154,14 +94,22 @@ class FlightSource:
         unit = self.units[planned.unit_id]
         try:
             with self._staged(unit) as (path, read):
-                samples, decoded = decode_file(path, suffix_of(unit.relative_key))
+                if unit.estimated:  # never held past a window: a longer stream is measured, not kept
+                    samples, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec)
+                else:
+                    samples, decoded = decode_file(path, suffix_of(unit.relative_key))
+                    total, stopped = len(samples), decoded.stopped
         except (DecodeError, FetchError, ChangedSinceListed) as error:
-            return None, _failed(error)
+            return None, failed_piece(error)
+        if samples is None:
+            self.measured(unit.unit_id, unit.listed.token(), total)
+            return None, DecodedPiece(problem=(ResultClass.FAILED, f"{_grown(unit, total)}: planned again in windows "
+                                               f"of {self.spec.seconds:.0f} s from what decoded"),
+                                      sha256=read.sha256, bytes_read=read.size)
         if len(samples) == 0:
             return None, DecodedPiece(problem=(ResultClass.EMPTY, "decoded to zero samples"), sha256=read.sha256,
                                       bytes_read=read.size)
-        note, truncated = _length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated,
-                                       decoded.stopped)
+        note, truncated = length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated, stopped)
         return samples, DecodedPiece(0, len(samples), None, note, truncated, read.sha256, read.size)
 
     def _stream(self, unit_id: str) -> WindowStream:
@@ -179,7 +127,7 @@ class FlightSource:
                     return path, read, stack
 
                 wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
-                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, WindowSpec()), wanted,
+                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, self.spec), wanted,
                                                        suffix_of(unit.relative_key))
             return self._streams[unit_id]
 
@@ -188,7 +136,7 @@ class FlightSource:
         last = planned.window == planned.windows - 1
         _, samples, error = stream.take(planned.window, last)
         if error is not None:
-            return None, _failed(error)
+            return None, failed_piece(error)
         unit = self.units[planned.unit_id]
         if samples is None:
             decoded_s = stream.decoded / TARGET_SAMPLE_RATE
@@ -198,12 +146,11 @@ class FlightSource:
                 f": window {planned.window} of {planned.windows} planned from the listing was not reached")))
         read = stream.read  # the last window's reason says how the unit's length differs; its class stays the
         # window's own (the stitched unit's class comes from its windows')
-        note = _length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated,
+        note = length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated,
                             stream.stopped[0] if stream.stopped else "")[0] if last else ""
-        if last and stream.goes_on:  # told, never dropped quietly (windowing past the listing is not built)
-            note = (f"the stream goes on past the {planned.windows} window(s) planned from the listed "
-                    f"{unit.duration_s:.1f} s: what follows {stream.decoded / TARGET_SAMPLE_RATE:.1f} s was not "
-                    "processed")
+        if last and stream.goes_on:  # measured to its end: planned again in windows, the rest processed later
+            self.measured(unit.unit_id, unit.listed.token(), stream.decoded)
+            note = ""
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
                                      read.size if planned.window == stream.staged_by else 0)
 
@@ -250,13 +197,33 @@ class FlightSource:
             self._streams.clear()
 
 
+def _decode_within(path: str, suffix: str, spec: WindowSpec) -> tuple[np.ndarray | None, int, str]:
+    """(samples, or None past a window; the samples the stream holds; what ffmpeg said where it gave up)."""
+    limit, total, parts, stopped = round(spec.seconds * TARGET_SAMPLE_RATE), 0, [], []
+    for piece in stream_file(path, suffix, stopped):
+        total += len(piece)
+        if total <= limit:
+            parts.append(piece)
+        elif parts:
+            parts = []  # past a window: only counted from here
+    samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    return (None if total > limit else samples), total, stopped[0] if stopped else ""
+
+
+def _grown(unit: UnitSource, samples: int) -> str:
+    return (f"decoded {samples / TARGET_SAMPLE_RATE:.1f} s, {'an estimated' if unit.estimated else 'a listed'} "
+            f"{unit.duration_s:.1f} s planned")
+
+
 def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callable[[str], tuple[object, str]],
                   workers: int = 1, latency_s: float = 0.0, tmp_dir: str | None = None,
-                  load: pl.DataFrame | None = None, retries: RetryPolicy = DEFAULT_RETRIES) -> FlightSource:
+                  load: pl.DataFrame | None = None, retries: RetryPolicy = DEFAULT_RETRIES,
+                  spec: WindowSpec = DEFAULT_SPEC,
+                  measured: Callable[[str, str, int], None] = lambda *_: None) -> FlightSource:
     """The `FlightSource` of a partition's plan rows (`prepared_flights`, class ok) and its manifest
     (`fetched_audio`), loading the rows of `load` (default: all of `plan`). `plan` holds every window of a windowed
     unit, its committed windows too: the unit's layout and window count come from them (a resumed unit's stream
-    still starts at its first window)."""
+    still starts at its first window); `spec` and `measured`: as `FlightSource` takes them."""
     load = plan if load is None else load
     units = {row["unit_id"]: UnitSource(row["unit_id"], row["source_uri"], row["relative_key"],
                                         ObjectVersion.of_row(row), float(row["duration_s"]),
@@ -276,4 +243,4 @@ def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callab
     for row in load.sort("flight_id", "position", maintain_order=True).iter_rows(named=True):
         pieces.setdefault(row["flight_id"], []).append(PlannedPiece(
             row["unit_id"], row["window"], counts.get(row["unit_id"], 1), float(row["duration_s"])))
-    return FlightSource(pieces, units, filesystem, workers, retries, windows, tmp_dir, latency_s)
+    return FlightSource(pieces, units, filesystem, workers, retries, windows, tmp_dir, latency_s, spec, measured)

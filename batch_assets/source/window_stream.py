@@ -34,13 +34,14 @@ class WindowStream:
         self.lock = threading.Lock()
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
         self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
-        self.goes_on = False  # the stream holds audio past the unit's last planned window
+        self.goes_on = False  # the stream holds audio past the unit's last planned window (`decoded`: all it holds)
         self.stopped: list[str] = []  # what ffmpeg said where it gave up part-way
         self.held: dict[int, tuple[float, np.ndarray]] = {}
 
     def take(self, window: int, last: bool = False) -> tuple[float, np.ndarray | None, Exception | None]:
         """(start_s, the window's samples or None when the stream ends before it, the stream's error). `last`: the
-        unit's last planned window; whether the stream goes on past it is then looked at (`goes_on`)."""
+        unit's last planned window; a stream that goes on past it is then decoded to its end without holding it
+        (`goes_on`, `decoded`: its length, which the step plans the unit again from)."""
         with self.lock:
             self.wanted.discard(window)
             try:
@@ -60,8 +61,10 @@ class WindowStream:
                         break
                     self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
                     if index == window:
-                        if last:  # one window more decoded, to know whether the listing's length cut the stream
-                            self.goes_on = next(self.windows, (None, None))[1] is not None
+                        if last:  # the listing's length cut the stream? Then decoded on to its end, counted only
+                            for later_s, later in self.windows:
+                                self.goes_on = True
+                                self.decoded = round(later_s * TARGET_SAMPLE_RATE) + len(later)
                         return start_s, samples, None
                     if index in self.wanted:
                         self.held[index] = (start_s, samples)

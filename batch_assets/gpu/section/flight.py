@@ -52,7 +52,7 @@ from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
 from batch_assets.schema.results import SILENT_REASON, ResultClass
-from batch_assets.source.flight_audio import DecodedPiece
+from batch_assets.source.pieces import DecodedPiece
 
 SAMPLE_RATE = 16_000
 

@@ -30,7 +30,7 @@ from batch_assets.gpu.section.flight_feed import FlightFeed
 from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.stats import HOST_THREAD, SectionStats
-from batch_assets.source.flight_audio import FlightAudio
+from batch_assets.source.pieces import FlightAudio
 
 
 @dataclasses.dataclass(frozen=True)

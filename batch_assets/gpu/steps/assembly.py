@@ -28,6 +28,7 @@ from batch_assets.gpu.steps.shard_work import (
     selected_units,
 )
 from batch_assets.ingest.manifest import read_manifest
+from batch_assets.ingest.measured_lengths import current_plan
 from batch_assets.long_units.stitching import stitch
 from batch_assets.long_units.windows import window_pieces
 from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_refusals_fail, partition_lease
@@ -64,7 +65,8 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     again: its metadata is read from the tables in place.
     """
     manifest = read_manifest(storage, partition)
-    plan = storage.read_parquet("prepared_flights", partition, "plan")
+    current = current_plan(storage, partition, manifest)  # with the lengths the GPU steps measured
+    plan = current.plan
     chosen = selected_units(config.units, manifest)
     planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())
     commits = FlightCommits(storage, partition, root_run_id(context), gpu.commit_identity(run_switches(config)),
@@ -105,7 +107,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
             "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
         read_array=storage.read_array, hints={uid: unit.hints for uid, unit in hints.items()},
         threshold=config.speaker_link_threshold,
-        estimated=set(manifest.filter(pl.col("duration_estimated").fill_null(False))["unit_id"]))
+        estimated=set(current.manifest.filter(pl.col("duration_estimated").fill_null(False))["unit_id"]))
     whole = chosen is None
     unit_order = manifest["unit_id"].to_list()
     units, segments, words = transcript_tables(

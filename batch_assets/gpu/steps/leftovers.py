@@ -2,7 +2,8 @@
 
 It runs on the CPU after every shard step of the run. For each partition of the run it reads the current plan
 and the root run's commits, and returns one `ShardSpec` per shard with flights left without a valid commit
-(`gpu/steps/resume.py: leftover_shards`): none in an uninterrupted run; in a re-execution from failure, the flights of
+(`gpu/steps/resume.py: leftover_shards`): none in an uninterrupted run but the windows of a unit a shard step found
+longer than its plan's room (`ingest/measured_lengths.py`); in a re-execution from failure, the flights of
 the shards whose steps Dagster did not rerun, any the plan gained since, and those committed under another
 deployment (`gpu/outputs/commit_identity.py`: the `gpu` resource gives the models' identity, nothing is loaded). Each
 becomes a `gpu_leftover` step (pool `gpu`, a GPU pod on Kubernetes). A partition this root run already assembled

@@ -38,6 +38,7 @@ from batch_assets.gpu.steps.run_config import (
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.stop_requests import StopRequests
 from batch_assets.ingest.manifest import read_manifest
+from batch_assets.ingest.measured_lengths import MeasuredLength, current_plan, record_measured
 from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
@@ -74,14 +75,15 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
 def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.DataFrame | None = None,
                          units: Iterable[str] | None = None, config=None,
                          routing: dict[str, str] | None = None) -> list[PlannedFlight]:
-    """The partition's current planned flights (`gpu/steps/resume.py`), read from `prepared_flights` (and the
-    manifest); with the step's `config` (its hints and language) and the `routing`, fingerprinted with what the run
-    config gives each unit, as every step that judges commits does."""
+    """The partition's current planned flights (`gpu/steps/resume.py`), read from `prepared_flights` and the lengths
+    GPU steps measured (`ingest/measured_lengths.py: current_plan`) and the manifest; with the step's `config` (its
+    hints and language) and the `routing`, fingerprinted with what the run config gives each unit, as every step
+    that judges commits does."""
     if manifest is None:
         manifest = read_manifest(storage, partition)
     inputs = unit_inputs(manifest, config, routing or {}) if config is not None else None
-    return planned_flights(manifest, storage.read_parquet("prepared_flights", partition, "plan"),
-                           storage.read_parquet("prepared_flights", partition, "flights"), units, inputs)
+    current = current_plan(storage, partition, manifest)
+    return planned_flights(current.manifest, current.plan, current.flights, units, inputs)
 
 
 def run_shard(context: dg.OpExecutionContext, config: ShardConfig, storage: StorageResource, gpu: GpuResource,
@@ -153,11 +155,11 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     report = dataclasses.replace(report, run_id=context.run.run_id, switches=switches)
     if not pending:
         return report
-    plan = storage.read_parquet("prepared_flights", commits.partition, "plan").filter(pl.col("result_class") == "ok")
+    current = current_plan(storage, commits.partition, read_manifest(storage, commits.partition))
+    plan, manifest = current.plan.filter(pl.col("result_class") == "ok"), current.manifest
     ok = plan.filter(pl.col("flight_id").is_in(pending))
     if report.units is not None:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
-    manifest = read_manifest(storage, commits.partition)
     hints = unit_speaker_hints(manifest, run_hints(config))
     languages = unit_languages(manifest, checked_run_language(config, gpu.routing()))
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
@@ -171,9 +173,15 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
                     prepare_workers=config.prepare_workers, fetch_workers=config.fetch_workers,
                     asr_batch_size=gpu.asr_batch_size)
     # the whole plan: a resumed windowed unit's layout and window count include its windows already committed
+    def measured(unit_id: str, identity: str, samples: int) -> None:  # a unit longer than its plan's room
+        record_measured(storage, commits.partition, MeasuredLength(unit_id, identity, samples))
+        context.log.warning(f"{commits.partition}: {unit_id} decoded to {samples / 16_000:.1f} s, longer than "
+                            f"planned: planned again in windows of {current.spec.seconds:.0f} s from that length; this "
+                            "run's leftover step processes them (ingest/measured_lengths.py)")
+
     source = flight_source(plan, manifest, storage.filesystem, levers.unit_fetch_workers,
                            storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok,
-                           retries=retries_of_run(context.run.run_config))
+                           retries=retries_of_run(context.run.run_config), spec=current.spec, measured=measured)
     if levers.prepare_flight_enabled:
         source.start(pending[:1])  # lever 1: the first flight fetched and decoded while the models load
     with contextlib.closing(source):  # a flight started early and a windowed unit's stream the section left
