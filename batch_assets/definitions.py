@@ -10,7 +10,7 @@ from batch_assets.exports.assets import exports_checks
 from batch_assets.gate.checks import BaselineResource, transcripts_checks
 from batch_assets.gpu.assets import GPU_IO
 from batch_assets.gpu.steps.resources import GpuResource
-from batch_assets.orchestration.alerts import alert_failed_checks, alert_failed_runs
+from batch_assets.orchestration.alerts import alert_failed_checks, alert_failed_runs, deliver_alerts
 from batch_assets.orchestration.dead_runs import free_dead_runs_sensor
 from batch_assets.orchestration.executor import executor_for
 from batch_assets.orchestration.freshness import transcripts_freshness_checks, transcripts_freshness_sensor
@@ -55,7 +55,7 @@ defs = dg.Definitions(
     jobs=[transcribe_partition_job],
     schedules=[daily_transcription_schedule],
     sensors=[free_dead_runs_sensor, late_audio_sensor, transcripts_freshness_sensor, alert_failed_runs,
-             alert_failed_checks],
+             alert_failed_checks, deliver_alerts],
     resources=build_resources(current_settings()),
     executor=executor_for(current_settings()),
 )

@@ -108,16 +108,24 @@ class PostgresServer:
 
 class WebhookReceiver:
     """An HTTP server on loopback that records each POSTed JSON body; `answers` (status codes) are given to the
-    first posts, in order, then 200."""
+    first posts, in order, then 200. While `hanging` is set, a post is accepted and never answered (the webhook of
+    a chat tool in trouble): it is held until `hanging` is cleared, then dropped unrecorded (its sender gave up)."""
 
     def __init__(self, answers: list[int] | None = None):
         self.bodies: list[dict] = []
         self.answers = list(answers or [])
+        self.hanging, self.held, self.closing = threading.Event(), 0, False
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if receiver.hanging.is_set():
+                    receiver.held += 1
+                    while receiver.hanging.is_set() and not receiver.closing:
+                        time.sleep(0.05)
+                    self.close_connection = True
+                    return
                 status = receiver.answers.pop(0) if receiver.answers else 200
                 if status == 200:
                     receiver.bodies.append(json.loads(body))
@@ -139,5 +147,6 @@ class WebhookReceiver:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing = True
         self.server.shutdown()
         self.server.server_close()

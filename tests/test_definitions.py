@@ -183,7 +183,7 @@ def test_the_unwatched_days_sensors_are_stopped_here_and_name_the_variable_that_
     """A local `make dev` shows them stopped, each description naming BATCH_ASSETS_SENSORS_RUNNING; the Helm values
     set it (tests/test_k8s.py), and tests/test_unwatched.py runs them on, in a real daemon."""
     sensors = {s.name: s for s in defs.get_repository_def().sensor_defs}
-    watching = {"late_audio", "transcripts_freshness", "alert_failed_runs", "alert_failed_checks"}
+    watching = {"late_audio", "transcripts_freshness", "alert_failed_runs", "alert_failed_checks", "deliver_alerts"}
     assert watching <= set(sensors)
     for name in watching:
         assert sensors[name].default_status == dg.DefaultSensorStatus.STOPPED, name

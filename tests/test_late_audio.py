@@ -62,6 +62,12 @@ def _tick(instance, resources, cursor=None):
                                                      resources={"storage": resources["storage"]}))
 
 
+def _deliver(instance, resources):
+    from batch_assets.orchestration.alerts import deliver_alerts
+
+    return deliver_alerts(dg.build_sensor_context(instance=instance, resources={"storage": resources["storage"]}))
+
+
 @pytest.mark.e2e
 def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_change(day, webhook):
     instance, resources, folder = day
@@ -103,9 +109,13 @@ def test_late_audio_is_transcribed_beside_the_days_unchanged_units_once_per_chan
     os.remove(folder / REMOVED)
     gone = _tick(instance, resources, nothing.cursor)
     assert not gone.run_requests and REMOVED in gone.skip_reason.skip_message
+    assert not webhook.bodies  # queued, not posted in the listing's tick (issue 65)
+    _deliver(instance, resources)
     [text] = webhook.texts()
     assert P in text and REMOVED in text and "kept" in text and webhook.url not in text
     _tick(instance, resources, gone.cursor)
+    _tick(instance, resources)  # a lost cursor: the same message key, queued once
+    _deliver(instance, resources)
     assert len(webhook.bodies) == 1  # told once per set of gone objects
     assert tables_of(storage)["transcripts", "units"].height == 6  # its rows stay
 
@@ -243,3 +253,34 @@ def test_relisting_some_keys_keeps_every_other_row_and_loses_no_key_asked_for(tm
     assert rows[LATE]["result_class"] == "ok" and rows[LATE]["duration_s"] == rows[ORIGINAL]["duration_s"]
     assert rows["late/gone_already.wav"]["result_class"] == "fetch_failed"
     assert "no longer in the source" in rows["late/gone_already.wav"]["reason"]
+
+
+def test_the_outbox_survives_a_webhook_that_never_answers_and_then_sends_each_message_once(tmp_path):
+    """Issue 65: the sensors queue their messages (`alerts/outbox.py`) and `deliver_alerts` posts them, one short
+    try each within its budget. A webhook that accepts connections and never answers costs one try a tick (the
+    rest wait, in order); once it answers, each message is sent once, a message queued twice once; a 4xx is kept
+    aside, never tried again."""
+    import time
+
+    from batch_assets.alerts.outbox import REFUSED, deliver, queue, queued
+
+    storage = make_resources(tmp_path / "storage", tmp_path / "locks")["storage"]
+    with WebhookReceiver() as hook:
+        hook.hanging.set()
+        assert queue(storage, "run-failed a", "first") and not queue(storage, "run-failed a", "first, again")
+        assert queue(storage, "gone 2026-01-15 k", "second <!channel>", now=time.time() + 1)
+        assert [q.text for q in queued(storage)] == ["first", "second <!channel>"]
+        started = time.monotonic()
+        report = deliver(storage, hook.url, timeout_s=0.5)
+        assert time.monotonic() - started < 3 and report.left == 2 and not report.sent and hook.held == 1, report
+        assert "secret-token" not in report.failed[0] and queued(storage)[0].tries == 1
+        hook.hanging.clear()
+        assert deliver(storage, hook.url).sent == ["first", "second <!channel>"]
+        assert not deliver(storage, hook.url).sent and not queued(storage)
+    assert hook.texts() == ["first", "second &lt;!channel&gt;"]  # each once, in order, made safe for the chat
+    with WebhookReceiver(answers=[404]) as refusing:
+        queue(storage, "check-failed b", "third")
+        report = deliver(storage, refusing.url)
+        assert report.refused and not queued(storage) and not refusing.bodies
+    fs, path = storage.filesystem(storage.url(REFUSED))
+    assert len(fs.find(path)) == 1  # kept aside, not lost

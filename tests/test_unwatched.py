@@ -2,10 +2,11 @@
 
 The daemon ticks the shipped sensors on its own (BATCH_ASSETS_SENSORS_RUNNING=true, the late-audio sensor every 5 s
 instead of 120 s) and launches their runs with the instance's own launcher, as a deployment's daemon does; the alerts
-go to an HTTP receiver on loopback. A day is run, a late object lands in it, and with nobody acting its unit is
-transcribed beside the day's other units, unchanged, once; a run refused by a guard posts one message naming its run
-and partition; a day never published fails its freshness check, and the miss is posted. Then the daemon is
-restarted, and asks for nothing again.
+go to an HTTP receiver on loopback. A day is run, a late object lands in it while another leaves it and the webhook
+accepts connections and never answers, and with nobody acting the late unit is transcribed beside the day's other
+units, unchanged, once; a run refused by a guard, a day never published (its freshness check fails) and the object
+gone each queue one message, posted once when the webhook answers again. Then the daemon is restarted, and asks
+for and posts nothing again.
 
 Over 60 s here, on purpose: the daemon and the run it launches (a process per step, as a deployment's) are what
 is tested, so that run cannot run in process; the day is two short units, the two runs the test launches itself
@@ -89,21 +90,28 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
                                      in_process=True)
             assert not refused["success"]
 
+            hook.hanging.set()  # the webhook accepts connections and never answers (issue 65)
             (source / P / LATE).parent.mkdir()
             shutil.copy(SAMPLE_SOURCE / P / "calls/2026/support_call.flac", source / P / LATE)
+            (source / P / DAY_UNITS[1]).unlink()  # and an object gone: a message to post while the webhook hangs
             landed = time.monotonic()
             units = _wait(lambda: _late_unit_published(deployment), LATE_WITHIN_S, "the late unit's words", log, 0.5)
             latency = time.monotonic() - landed
-            print(f"late object landed -> its words in the tables: {latency:.1f} s (late-audio sensor every 5 s)")
+            print(f"late object landed -> its words in the tables: {latency:.1f} s (late-audio sensor every 5 s), the "
+                  f"webhook holding {hook.held} post(s) unanswered")
+            assert hook.held and not hook.bodies
             after = tables_of(deployment.storage)
-            assert_units_kept(before, after)  # the day's units as they were
+            assert_units_kept(before, after)  # the day's units as they were, the gone one's rows too
             assert units == len(DAY_UNITS) + 1
 
-            texts = _wait(lambda: len(hook.texts()) >= 2 and hook.texts(), 120, "the two alerts", log)
+            hook.hanging.clear()  # the webhook is back: what was queued is sent, once
+            texts = _wait(lambda: len(hook.texts()) >= 3 and hook.texts(), 120, "the three alerts", log)
             [failed] = [t for t in texts if refused["run_id"] in t]
             assert P in failed and "xx" in failed and f"http://ui.test/runs/{refused['run_id']}" in failed
             [stale] = [t for t in texts if "freshness miss" in t]
             assert "transcripts" in stale and "09:00 UTC" in stale
+            [gone] = [t for t in texts if "gone from the source" in t]
+            assert DAY_UNITS[1] in gone
             _wait(lambda: _late_runs_ended(deployment), 120, "the late run's end (its exports)", log)
             ticked = _ticks(log, "late_audio")
             _wait(lambda: _ticks(log, "late_audio") >= ticked + 2, 60, "two more late-audio ticks", log)
@@ -114,7 +122,7 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
             with deployment.instance() as instance:
                 late_runs = [r for r in instance.get_runs() if LATE_TAG in r.tags]
             assert len(late_runs) == 1 and late_runs[0].status == dg.DagsterRunStatus.SUCCESS, late_runs
-            assert len(hook.texts()) == 2, hook.texts()  # one per event, nothing for the runs that succeeded
+            assert len(hook.texts()) == 3, hook.texts()  # one per event, nothing for the runs that succeeded
             assert not [t for t in hook.texts() if hook.url in t]
         finally:
             _stop(daemon)

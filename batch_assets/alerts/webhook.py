@@ -34,6 +34,7 @@ class Delivery:
     sent: bool
     attempts: int
     error: str | None = None
+    refused: bool = False  # an HTTP 4xx other than 429: trying the same body again changes nothing
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
@@ -69,7 +70,7 @@ def post_text(url: str, text: str, timeout_s: float = TIMEOUT_S, attempts: int =
         except urllib.error.HTTPError as failure:
             error = f"HTTP {failure.code} {failure.reason}"
             if 400 <= failure.code < 500 and failure.code != 429:
-                return Delivery(False, attempt, error)
+                return Delivery(False, attempt, error, refused=True)
         except (urllib.error.URLError, OSError) as failure:  # refused, unreachable, timed out
             reason = getattr(failure, "reason", failure)
             error = _without(url, f"{type(failure).__name__}: {reason}")

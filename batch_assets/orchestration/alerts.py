@@ -1,9 +1,10 @@
-"""The alert sensors: a run that failed for good, and an asset check of severity ERROR that failed, each post one
-message (`alerts/webhook.py`) to BATCH_ASSETS_ALERT_WEBHOOK_URL.
+"""The alert sensors: a run that failed for good, and an asset check of severity ERROR that failed, each queue one
+message for BATCH_ASSETS_ALERT_WEBHOOK_URL, and `deliver_alerts` posts what is queued (`alerts/outbox.py`).
 
 Why sensors: a sensor runs in the daemon, beside the runs, so a slow or dead webhook never blocks or fails a run,
 and a run killed with its node is still reported (run monitoring, or `free_dead_runs`, fails it; this sensor sees
-the failure). What is posted:
+the failure). Why an outbox: no sensor waits on the webhook; the one that posts has its own budget a tick, one short
+try a message, and a webhook that is down for hours gets each message once it answers. What is told:
 
 - `alert_failed_runs`: a run of this code location that failed and that the instance's run retries will not
   relaunch (`dagster/will_retry`): its partition(s), the steps that failed and why (a guard's refusal reads as its
@@ -12,12 +13,14 @@ the failure). What is posted:
 - `alert_failed_checks`: every failed evaluation of an ERROR check in a run that succeeded (the freshness check,
   `orchestration/freshness.py`, the baseline gate, a non-blocking check), its partition and description; a blocking
   check that fails (`units_accounted_for`, the exports' checks) fails its run, which `alert_failed_runs` tells.
+- the late-audio sensor's objects gone from a published day (`orchestration/late_audio.py`).
 
 Both are Dagster's run status sensors: each keeps a cursor in the instance of the runs it has seen, starting from
-its first tick, so a restart of the daemon tells nothing twice.
+its first tick, and each message is queued under a key (the run, the check, the day's gone objects), so a restart
+of the daemon tells nothing twice.
 
-No URL set: nothing is sent (the tick says so); the UI shows the same runs and checks. Messages name no secret:
-no URL, no credential, only run ids, partitions, steps and what the steps said.
+No URL set: nothing is queued or sent (the tick says so); the UI shows the same runs and checks. Messages name no
+secret: no URL, no credential, only run ids, partitions, steps and what the steps said.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from batch_assets.alerts.webhook import plain_line, post_text
+from batch_assets.alerts.outbox import DELIVERY_BUDGET_S, TRY_TIMEOUT_S, deliver, queue
+from batch_assets.alerts.webhook import plain_line
 from batch_assets.settings import current_settings
+from batch_assets.storage.resource import StorageResource
 
 WILL_RETRY_TAG = "dagster/will_retry"
 JOB_NAME = "transcribe_partition"
@@ -43,17 +48,35 @@ def sensor_status() -> dg.DefaultSensorStatus:
 STARTS_WITH = "Starts on with BATCH_ASSETS_SENSORS_RUNNING=true (the Helm values set it)."
 
 
-def tell(log: Callable[[str], None], text: str) -> None:
-    """Post `text` to the alert webhook; the outcome goes to `log` (the sensor's tick). Never raises."""
-    url, text = current_settings().alert_webhook_url, plain_line(text)  # one line: a key cannot forge a log line
-    if url is None:
+def tell(log: Callable[[str], None], storage: StorageResource, key: str, text: str) -> None:
+    """Queue `text` (under `key`: one message per key) for the alert webhook; the outcome goes to `log` (the sensor's
+    tick). Nothing is posted here: `deliver_alerts` posts."""
+    text = plain_line(text)  # one line: a key cannot forge a log line
+    if current_settings().alert_webhook_url is None:
         log(f"not sent (BATCH_ASSETS_ALERT_WEBHOOK_URL is not set): {text}")
-        return
-    delivery = post_text(url, text)
-    if delivery.sent:
-        log(f"sent to the alert webhook: {text}")
+    elif queue(storage, key, text):
+        log(f"queued for the alert webhook (deliver_alerts posts it): {text}")
     else:
-        log(f"NOT sent to the alert webhook after {delivery.attempts} attempt(s) ({delivery.error}): {text}")
+        log(f"queued for the alert webhook already: {text}")
+
+
+@dg.sensor(name="deliver_alerts", minimum_interval_seconds=30, default_status=sensor_status(),
+           description="Posts the alerts the other sensors queued (alerts/outbox.py) to "
+           f"BATCH_ASSETS_ALERT_WEBHOOK_URL, oldest first, one {TRY_TIMEOUT_S:.0f} s try each within "
+           f"{DELIVERY_BUDGET_S:.0f} s a tick; a webhook that does not answer keeps them for the next tick. "
+           + STARTS_WITH)
+def deliver_alerts(context: dg.SensorEvaluationContext, storage: StorageResource):
+    url = current_settings().alert_webhook_url
+    if url is None:
+        return dg.SkipReason("BATCH_ASSETS_ALERT_WEBHOOK_URL is not set: nothing is queued or sent")
+    report = deliver(storage, url)
+    for text in report.sent:
+        context.log.info(f"sent to the alert webhook: {text}")
+    for line in report.refused:
+        context.log.error(f"refused by the alert webhook, kept under alerts/refused/ ({line})")
+    for line in report.failed:
+        context.log.warning(f"NOT sent to the alert webhook ({line}); tried again next tick")
+    return dg.SkipReason(f"{len(report.sent)} sent, {len(report.refused)} refused, {report.left} queued")
 
 
 def run_link(run_id: str) -> str:
@@ -109,7 +132,7 @@ def ours(run: dg.DagsterRun) -> bool:
                        monitor_all_code_locations=True,
                        description="Posts one message per run that failed and will not be retried (its partition, "
                        "the steps that failed and why, its link) to BATCH_ASSETS_ALERT_WEBHOOK_URL. " + STARTS_WITH)
-def alert_failed_runs(context: dg.RunFailureSensorContext):
+def alert_failed_runs(context: dg.RunFailureSensorContext, storage: StorageResource):
     run = context.instance.get_run_by_id(context.dagster_run.run_id) or context.dagster_run
     if not ours(run):
         return
@@ -117,7 +140,7 @@ def alert_failed_runs(context: dg.RunFailureSensorContext):
         context.log.info(f"run {run.run_id} failed; the instance retries it: told if its last retry fails")
         return
     failure = context.failure_event.message if context.failure_event else None
-    tell(context.log.warning, failed_run_text(run, failed_steps(context), failure))
+    tell(context.log.warning, storage, f"run-failed {run.run_id}", failed_run_text(run, failed_steps(context), failure))
 
 
 def failed_check_text(evaluation, run_id: str) -> str:
@@ -136,7 +159,7 @@ def failed_check_text(evaluation, run_id: str) -> str:
                       description="Posts one message per failed asset check of severity ERROR in a run that succeeded "
                       "(a freshness miss among them; a blocking check that fails fails its run, which "
                       "alert_failed_runs posts) to BATCH_ASSETS_ALERT_WEBHOOK_URL. " + STARTS_WITH)
-def alert_failed_checks(context: dg.RunStatusSensorContext):
+def alert_failed_checks(context: dg.RunStatusSensorContext, storage: StorageResource):
     run_id = context.dagster_run.run_id
     if not ours(context.dagster_run):
         return
@@ -147,7 +170,8 @@ def alert_failed_checks(context: dg.RunStatusSensorContext):
         if evaluation.check_name == FRESHNESS_CHECK and _missed_before(context.instance, evaluation, run_id):
             context.log.info(f"freshness miss already told: {evaluation.description}")
             continue
-        tell(context.log.warning, failed_check_text(evaluation, run_id))
+        tell(context.log.warning, storage, f"check-failed {run_id} {evaluation.asset_key.to_user_string()} "
+             f"{evaluation.check_name} {evaluation.partition}", failed_check_text(evaluation, run_id))
 
 
 def _missed_before(instance, evaluation, run_id: str) -> bool:

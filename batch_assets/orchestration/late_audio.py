@@ -10,7 +10,8 @@ every other row of the day is kept as it was. Once per change: the run key names
 (Dagster launches a run key once) and the cursor records it, so a restart of the daemon asks for nothing twice and a
 run that failed is not asked for again until the objects change (its failure is posted: `orchestration/alerts.py`).
 A day with a run in flight (queued or started) waits for the next tick. Objects gone from a published day are
-reported in the tick and posted once per set of gone objects; their rows stay until someone reruns the whole day.
+reported in the tick and queued for the alert webhook once per set of gone objects (`orchestration/alerts.py`:
+`deliver_alerts` posts them, so no post waits in this tick); their rows stay until someone reruns the whole day.
 
 Each tick lists for at most `LISTING_BUDGET_S`; the days it did not reach come first on the next tick. Measured
 listing throughput: docs/operations.md (benchmarks/late_audio_listing.py).
@@ -120,7 +121,7 @@ def late_audio_sensor(context: dg.SensorEvaluationContext, storage: StorageResou
             requested[day] = changes.run_key
             lines.append(f"{changes.describe()}: run asked for {_keys(tuple(changes.units))}")
         if changes.gone and told.get(day) != changes.gone_key:
-            tell(context.log.warning, gone_text(changes))
+            tell(context.log.warning, storage, f"gone {day} {changes.gone_key}", gone_text(changes))
             told[day] = changes.gone_key
         if changes.gone:
             lines.append(f"{day}: gone from the source, rows kept: {_keys(changes.gone)}")
