@@ -285,11 +285,17 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     other = GpuResource(asr_model=str(copy)).commit_identity(switches)
     FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp")
     for field, value in (("schema_version", "older"), ("package_version", "0.0.1"), ("word_confidence", False),
-                         ("segmentation_batch_size", 8), ("device_type", "cuda")):
+                         ("segmentation_batch_size", 8), ("device_type", "cuda"), ("embedding_batch_size", 4),
+                         ("asr_batch_size", 64), ("libraries", {**other.libraries, "torch": "2.11.0"})):
         changed = judged(CommitIdentity(**{**vars(other), field: value}))
-        assert changed is not None and field.replace("_", " ") in changed, changed
+        assert changed is not None and field.replace("_", " ").lower() in changed.lower(), changed
+    assert other.libraries["torch"] and other.libraries["pyannote.audio"] and other.libraries["nemo_toolkit"]
     changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches | {"tf32_enabled": True}))
     assert why_kind(changed) == "made under another deployment: tf32_enabled"
+    # issue 65: made where a NeMo fix could not be installed (its source changed): never reused, by anyone
+    FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp", ("tdt token durations",))
+    assert "without the NeMo fixes tdt token durations" in judged(other)
+    FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp")
     # a commit from before commits recorded their identity
     record = tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json"
     record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "identity"}))
@@ -372,7 +378,7 @@ def test_the_code_digest_follows_result_code_not_docstrings_comments_or_the_cli(
     import shutil
 
     import batch_assets
-    from batch_assets.gpu.outputs.commit_identity import RESULT_CODE, code_digest, package_sources
+    from batch_assets.gpu.outputs.commit_identity import RESULT_CODE, code_digest, code_text, package_sources
 
     package = pathlib.Path(batch_assets.__file__).resolve().parent
     copy = tmp_path / "batch_assets"
@@ -385,6 +391,9 @@ def test_the_code_digest_follows_result_code_not_docstrings_comments_or_the_cli(
     commands = copy / "cli" / "commands.py"
     commands.write_text(commands.read_text() + "\n\ndef added_to_the_cli():\n    return 1\n")
     assert code_digest(copy) == first
+    # issue 65: the module's text, not `ast.dump` (which Python 3.12 writes otherwise than 3.11)
+    assert "Module(" not in code_text(transcribe) and "SAMPLE_RATE = 16_000" in code_text(transcribe)
+    assert "Speech recognition" not in code_text(transcribe) and "# Hz" not in code_text(transcribe)
     transcribe.write_text(text.replace("SAMPLE_RATE = 16_000", "SAMPLE_RATE = 16_001"))
     assert code_digest(copy) != first
     transcribe.write_text(text)
@@ -392,6 +401,7 @@ def test_the_code_digest_follows_result_code_not_docstrings_comments_or_the_cli(
     assert code_digest(copy) != first
     assert all((package / part).exists() for part in RESULT_CODE)
     assert package / "gpu" / "asr" / "transcribe.py" in package_sources()
+    assert package / "gpu" / "steps" / "shard_work.py" in package_sources()  # each unit's hints, language, levers
     assert not any(part in ("cli", "orchestration") for p in package_sources() for part in p.relative_to(package).parts)
 
 

@@ -32,7 +32,8 @@ NeMo 3.0.0 functions made them depend on it, measured on the builtin and product
 
 Each replaces only the function it was written against (`NEMO_RUN_NVRTC_SHA256`, `NEMO_TDT_TORCH_IMPL_SHA256`,
 `NEMO_NORMALIZE_BATCH_SHA256`: their sources); any other, or a source that cannot be read (NeMo installed
-without its `.py` files), leaves NeMo as it is and says so, and `tests/test_nvrtc_log.py` /
+without its `.py` files), leaves NeMo as it is and says so (a result-moving fix left out is recorded in each commit
+the process makes, which is then never reused: `absent_fixes`), and `tests/test_nvrtc_log.py` /
 `tests/test_batch_invariance.py` fail on the upgrade so that someone looks (NeMo may have fixed it upstream: then
 drop the fix).
 """
@@ -257,6 +258,13 @@ def nemo_normalize_batch():
 
 _ORIGINAL_NORMALIZE: list = []
 _INVARIANCE_TRIED: list[bool] = []  # once per process: the checks read NeMo's source
+_ABSENT: list[str] = []  # the result-moving fixes this process could not install (`absent_fixes`)
+
+
+def absent_fixes() -> tuple[str, ...]:
+    """The fixes that move results (`install_batch_invariance`'s) that this process tried and could not install:
+    each commit records them, and a commit that records one is never reused (`gpu/outputs/commit_identity.py`)."""
+    return tuple(_ABSENT)
 
 
 def install_batch_invariance() -> list[str]:
@@ -275,6 +283,7 @@ def install_batch_invariance() -> list[str]:
         installed.append("tdt token durations")
     except NemoChanged as error:
         _log.warning("TDT duration fix not installed, batch companions may move word ends: %s", error)
+        _ABSENT.append("tdt token durations")
     try:
         module, original = nemo_normalize_batch()
         _ORIGINAL_NORMALIZE[:] = [original]
@@ -282,4 +291,5 @@ def install_batch_invariance() -> list[str]:
         installed.append("per-row feature normalization")
     except NemoChanged as error:
         _log.warning("per-row feature normalization not installed, batch companions may move scores: %s", error)
+        _ABSENT.append("per-row feature normalization")
     return installed

@@ -7,11 +7,12 @@ only when all of it is what the resumed step would use:
 - the tables' schema version: a digest of every table and fragment schema (columns and types), so a changed column
   changes it without anyone remembering to bump a number;
 - the package version (`batch_assets`, from its installed metadata) and a digest of the code that makes results
-  (`RESULT_CODE`): the rooms a flight's audio and results pass through (source objects and their decoding, ingest, long
-  units, the models, the schemas, the section core, ASR, diarization, the adapters, the device, the outputs, the
-  switches), each module's syntax tree without its docstrings (comments are not in it). The line: code that runs between
-  an object's bytes and a flight's commit is in; the CLI, the orchestration (Dagster glue, schedules, sensors), the GPU
-  steps' bookkeeping, storage, exports, the gate, training and the settings are out (training makes weights, identified
+  (`RESULT_CODE`): the rooms a flight's audio and results pass through (source objects and their decoding, ingest,
+  long units, the models, the schemas, the section core, ASR, diarization, the adapters, the device, the outputs, the
+  switches), each module's text without its docstrings and comments (the same on Python 3.11 and 3.12). The line: code
+  that runs between an object's bytes and a flight's commit is in (with `gpu/steps/shard_work.py`, which gives each
+  unit its hints, language and levers); the CLI, the orchestration (Dagster glue, schedules, sensors), the GPU steps'
+  other bookkeeping, storage, exports, the gate, training and the settings are out (training makes weights, identified
   by their checksum; what the steps pass to the section that changes results is in the flight's fingerprint:
   `gpu/steps/resume.py`). A docstring, a comment or a CLI edit redoes nothing; any other edit of a module in the line
   redoes every commit;
@@ -19,9 +20,13 @@ only when all of it is what the resumed step would use:
   name with the revision its cache resolved): the diarization pipeline, language identification when one of its
   units' languages was detected, and the ASR model of each language its units were heard in (none, for a
   language without one). Changing the `ja` model redoes only the flights that heard Japanese;
-- the device type the GPU steps run on (CPU or CUDA: TF32 and half precision act only on CUDA) and the
-  segmentation batch size, which the GPU steps compare (a CPU step, the leftover listing or the assembly, runs on
-  another device than the GPU steps and leaves the device type to them; the assembly refuses commits of two);
+- the device type the GPU steps run on (CPU or CUDA: TF32 and half precision act only on CUDA), which the GPU
+  steps compare (a CPU step, the leftover listing or the assembly, runs on another device than the GPU steps and
+  leaves the device type to them; the assembly refuses commits of two), and the segmentation, embedding and ASR
+  batch sizes (a batch's shape can move the last bits of a score);
+- the versions of torch, NeMo and pyannote.audio (`RESULT_LIBRARIES`, from their metadata); and the NeMo fixes a
+  GPU step could not install (`gpu/adapters/nemo_adapter.py`: its NeMo's source was not the one they were written
+  for): a commit that records one is never reused;
 - the result-changing switches (kinds "numbers" and "approximate", `switches.py`) and the word-confidence setting.
 The exact levers are not part of it: they change no result (the exact gate proves it), so a resume with one
 switched off reuses every commit.
@@ -34,8 +39,10 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import io
 import json
 import pathlib
+import tokenize
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +66,9 @@ def schema_version() -> str:
 PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[2]  # batch_assets/ (this file: batch_assets/gpu/outputs/)
 # the code that makes results (the module docstring draws the line), relative to the package
 RESULT_CODE = ("source", "ingest", "long_units", "models", "schema", "gpu/section", "gpu/asr", "gpu/diarization",
-               "gpu/adapters", "gpu/device", "gpu/outputs", "switches.py")
+               "gpu/adapters", "gpu/device", "gpu/outputs", "gpu/steps/shard_work.py", "switches.py")
+# the libraries whose versions a commit records: their kernels and defaults move numbers
+RESULT_LIBRARIES = ("torch", "nemo_toolkit", "pyannote.audio")
 
 
 def package_sources(root: pathlib.Path = PACKAGE_ROOT) -> list[pathlib.Path]:
@@ -72,15 +81,23 @@ def package_sources(root: pathlib.Path = PACKAGE_ROOT) -> list[pathlib.Path]:
 
 
 def code_text(path: pathlib.Path) -> str:
-    """A module's syntax tree without its docstrings: what its code does, not what it says."""
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+    """A module's source without its docstrings and comments, each line stripped of trailing blanks, blank lines
+    left out: what its code does, not what it says. Text, not `ast.dump` (which differs between Python 3.11 and
+    3.12): two hosts with the same code, whatever their interpreter, have the same digest."""
+    source = path.read_text()
+    lines = source.splitlines()
+    drop: set[int] = set()  # 0-based lines of docstrings
+    for node in ast.walk(ast.parse(source)):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+            drop.update(range(body[0].lineno - 1, body[0].end_lineno))
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(line.rstrip() for i, line in enumerate(lines) if i not in drop and line.strip())
 
 
 def code_digest(root: pathlib.Path = PACKAGE_ROOT) -> str:
@@ -89,6 +106,18 @@ def code_digest(root: pathlib.Path = PACKAGE_ROOT) -> str:
     for path in package_sources(root):
         digest.update(f"{path.relative_to(root).as_posix()}\n{code_text(path)}\n".encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def library_versions() -> dict[str, str | None]:
+    """The installed versions of `RESULT_LIBRARIES` (from their metadata: nothing imported; None: not installed)."""
+    found = {}
+    for name in RESULT_LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 @functools.cache
@@ -107,6 +136,11 @@ class CommitIdentity:
     word_confidence: bool
     segmentation_batch_size: int | None = None
     device_type: str | None = None  # "cpu" or "cuda" where the GPU steps judge; None: not judged (a CPU step)
+    embedding_batch_size: int | None = None
+    asr_batch_size: int | None = None  # as configured (0: by device, which `device_type` pins)
+    libraries: dict[str, str | None] = dataclasses.field(default_factory=dict)  # `library_versions()`
+    nemo_fixes_absent: tuple[str, ...] = ()  # NeMo fixes the step could not install (its source changed): such a
+    # commit is never reused (`differences`), whatever the deployment judging it
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -129,8 +163,13 @@ class CommitIdentity:
         if recorded is None:
             return ["the commit records no identity (made before commits recorded one)"]
         found = []
+        if absent := recorded.get("nemo_fixes_absent"):
+            return [f"made without the NeMo fixes {', '.join(absent)} (its NeMo's source was not the one they were "
+                    "written for: nemo_adapter.py)"]
         fields = [("schema_version", "tables schema version"), ("package_version", "package version"),
-                  ("word_confidence", "word confidence"), ("segmentation_batch_size", "segmentation batch size")]
+                  ("word_confidence", "word confidence"), ("segmentation_batch_size", "segmentation batch size"),
+                  ("embedding_batch_size", "embedding batch size"), ("asr_batch_size", "ASR batch size"),
+                  ("libraries", "libraries")]
         if self.device_type is not None:
             fields.append(("device_type", "device type"))
         for field, label in fields:
@@ -151,13 +190,15 @@ class CommitIdentity:
 
 def commit_identity(routing: Mapping[str, str], language_id_model: str, diarization_pipeline: str,
                     switches: Mapping[str, bool], word_confidence: bool, segmentation_batch_size: int | None = None,
-                    device_type: str | None = None) -> CommitIdentity:
+                    device_type: str | None = None, embedding_batch_size: int | None = None,
+                    asr_batch_size: int | None = None) -> CommitIdentity:
     """The identity a step's commits record and its resume compares: `routing` (language -> ASR model), the other
-    two models, every switch's value as the step runs it (only the result-changing ones are kept), the segmentation
-    batch size, and (a GPU step) the device type it runs on."""
+    two models, every switch's value as the step runs it (only the result-changing ones are kept), the batch sizes,
+    the model libraries' versions, and (a GPU step) the device type it runs on."""
     models = {f"asr {language}": model_identity(name) for language, name in sorted(routing.items())}
     models["language id"] = model_identity(language_id_model)
     models["diarization"] = model_identity(diarization_pipeline)
     return CommitIdentity(schema_version(), package_version(), models,
                           {name: bool(switches[name]) for name in RESULT_SWITCHES}, bool(word_confidence),
-                          segmentation_batch_size, device_type)
+                          segmentation_batch_size, device_type, embedding_batch_size, asr_batch_size,
+                          dict(library_versions()))

@@ -32,6 +32,7 @@ the new tables no longer reference. Nothing here is visible to readers of the as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -151,8 +152,10 @@ class FlightCommits:
         self._valid[flight_id] = record
         return None
 
-    def commit(self, flight_id: str, outcomes: list, fingerprint: str) -> dict:
-        """Write one flight's results, then its record (last: the record is what makes the commit count)."""
+    def commit(self, flight_id: str, outcomes: list, fingerprint: str, nemo_fixes_absent: tuple[str, ...] = ()) -> dict:
+        """Write one flight's results, then its record (last: the record is what makes the commit count).
+        `nemo_fixes_absent`: the NeMo fixes this process could not install, recorded in its identity (such a commit
+        is never reused)."""
         self.fence()
         self._valid.pop(flight_id, None)  # judged again before it is read
         files: dict[str, int] = {}
@@ -173,7 +176,8 @@ class FlightCommits:
             track(self.storage.write_parquet(frame, WORK_ASSET, self.partition,
                                              f"{self.root_run_id}/{flight_id}/{name}"))
         record = {"flight_id": flight_id, "fingerprint": fingerprint, "root_run_id": self.root_run_id,
-                  "identity": self.identity.used_by(outcomes).to_json(),
+                  "identity": dataclasses.replace(self.identity.used_by(outcomes),
+                                                  nemo_fixes_absent=tuple(nemo_fixes_absent)).to_json(),
                   "units": units["unit_id"].to_list(), "files": files,
                   "unread": units.filter(pl.col("result_class").is_in([str(c) for c in UNREAD_CLASSES]))["unit_id"]
                   .to_list()}

@@ -86,7 +86,8 @@ class GpuResource(dg.ConfigurableResource):
         step (`gpu_step`) adds the device type it runs on; a CPU step leaves it to the GPU steps."""
         return commit_identity(self.routing(), self.language_id_model, self.diarization_pipeline, switches,
                                self.word_confidence, self.segmentation_batch_size,
-                               self._resolve_device().type if gpu_step else None)
+                               self._resolve_device().type if gpu_step else None, self.embedding_batch_size,
+                               self.asr_batch_size)
 
     def _resolve_device(self):
         import torch

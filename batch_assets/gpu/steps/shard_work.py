@@ -145,6 +145,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
     """
     stops.checkpoint()  # before the imports below (NeMo: seconds)
     # Imported here, not at module top: pyannote and NeMo must stay out of code-location load.
+    from batch_assets.gpu.adapters.nemo_adapter import absent_fixes
     from batch_assets.gpu.asr.transcribe import DecoderModeError
     from batch_assets.gpu.device.faults import DeviceFault
     from batch_assets.gpu.section.flight import SectionUnit
@@ -193,7 +194,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
                          sum(planned[f].audio_s for f in report.resumed_flights))
 
         def commit(flight_id: str, outcomes: list) -> None:
-            commits.commit(flight_id, outcomes, planned[flight_id].fingerprint)
+            commits.commit(flight_id, outcomes, planned[flight_id].fingerprint, absent_fixes())
             context.log.info(progress.flight_done(flight_id, len(outcomes), planned[flight_id].audio_s))
 
         try:
