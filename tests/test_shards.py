@@ -442,3 +442,29 @@ def test_a_hub_models_identity_is_the_revision_its_cache_resolved(tmp_path, monk
     assert model_identity("langid_ambernet").sha256 == hashlib.sha256(b"ambernet").hexdigest()
 
 
+
+
+def test_a_flight_computed_again_never_writes_over_the_score_arrays_published_tables_point_to(tmp_path):
+    """Issue 65: run B reused run A's commit and published tables pointing at A's score arrays, then removed A's work
+    folder; a later re-execution of A (the UI's re-execute, a retry) found no commit, computed the flight again
+    (after a redeploy: other numbers) and wrote over `scores/A/{unit}.npy` under B's tables. Arrays are named by
+    their content: other numbers go to another file, the same numbers to the same one."""
+    import numpy as np
+    from pyannote.core import SlidingWindow, SlidingWindowFeature
+
+    from batch_assets.gpu.diarization.vad import VadResult
+    from batch_assets.gpu.outputs.commits import FlightCommits
+
+    storage = StorageResource(storage_url=str(tmp_path))
+
+    def arrays(value: float) -> list[str]:
+        outcome = _heard("u-en", "en")
+        outcome.vad = VadResult(SlidingWindowFeature(np.full((3, 4, 2), value, np.float32),
+                                                     SlidingWindow(duration=5.0, step=0.5)), [(0.0, 1.0)])
+        record = FlightCommits(storage, P, "run-a", _identity()).commit("flight-0000", [outcome], "fp")
+        return [url for url in record["files"] if url.endswith(".npy")]
+
+    [published] = arrays(0.25)
+    [again] = arrays(0.75)
+    assert again != published and storage.read_array(published).max() == 0.25  # B's tables still read A's numbers
+    assert arrays(0.25) == [published]

@@ -12,7 +12,9 @@ again by the next run, never kept as its result.
 Layout (through `StorageResource`, so S3 works), per partition and root run:
 `{storage}/gpu_work/{partition}/{root_run_id}/{flight_id}/{vad_units,regions,turns,speakers,outcomes,words}.parquet`
 plus the flight's VAD score arrays, written straight to where the final `vad_scores` table will point
-(`vad_scores/{partition}/scores/{root_run_id}/{unit_id}.npy`), and last a commit record
+(`vad_scores/{partition}/scores/{root_run_id}/{unit_id}.{digest of its content}.npy`: a flight computed again, by a
+re-execution of a run whose commits another run reused and published, never writes over the arrays those tables
+point to), and last a commit record
 `{flight_id}.commit.json` listing every file with its size and the flight's fingerprint (`gpu/steps/resume.py`).
 The record also holds the deployment identity it was made under (`gpu/outputs/commit_identity.py`: the tables' schema
 version, the package version, each model's name and checksum, the result-changing switches).
@@ -33,9 +35,11 @@ the new tables no longer reference. Nothing here is visible to readers of the as
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable
 
+import numpy as np
 import polars as pl
 
 from batch_assets.gpu.outputs.commit_identity import CommitIdentity
@@ -164,8 +168,9 @@ class FlightCommits:
             files[url] = self.storage.size(url)
             return url
 
-        def write_scores(unit_id, array) -> str:
-            return track(self.storage.write_array(array, "vad_scores", self.partition, self.scores_name(unit_id)))
+        def write_scores(unit_id, array) -> str:  # named by its content: never written over (below)
+            return track(self.storage.write_array(array, "vad_scores", self.partition,
+                                                  f"{self.scores_name(unit_id)}.{array_digest(array)}"))
 
         vad_units, regions = vad_tables(outcomes, write_scores)
         turns, speakers = diarization_tables(outcomes)
@@ -246,3 +251,10 @@ class FlightCommits:
         if is_local(fs) and fs.exists(root):
             remove_empty_folders(root)
         return removed
+
+
+def array_digest(array: np.ndarray) -> str:
+    """16 hex digits of sha256 over an array's dtype, shape and bytes."""
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:16]
