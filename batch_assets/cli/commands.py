@@ -23,7 +23,14 @@ import time
 import uuid
 
 from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
-from batch_assets.cli.stopping import StopGuard, cancel_interrupted_run, free_finished_run, stop_run
+from batch_assets.cli.stopping import (
+    StopGuard,
+    cancel_interrupted_run,
+    free_finished_run,
+    operator_stop,
+    request_cancel,
+    stop_run,
+)
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
@@ -78,6 +85,7 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
     from batch_assets.cli.run_output import LAUNCH_TAG, RunWatcher, builtin_model_note, failure_text, partition_summary
     from batch_assets.definitions import storage_from_env
     from batch_assets.orchestration.dead_runs import free_dead_runs
+    from batch_assets.orchestration.executor import stop_run_forkserver
     from batch_assets.orchestration.partitions import PartitionKeyError, check_partition_key, daily_partitions
 
     try:
@@ -109,14 +117,17 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
             emit(f"batch-assets: Dagster's event log and library warnings: {log_path} (--verbose shows them here)")
         watcher = RunWatcher(instance, tags[LAUNCH_TAG], emit, terminal.status).start()
         guard = StopGuard(lambda name: stop_run(tags[LAUNCH_TAG], partitions, storage, name, emit, guard.finished),
-                          emit)
+                          emit, first=lambda name: operator_stop(name) and request_cancel(tags[LAUNCH_TAG], name))
         watcher.stopping = lambda: bool(guard.signals)
         started = time.perf_counter()
         try:
+            selection = [dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None
             with guard.watching():
-                result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance, tags=tags,
-                                        run_config=run_config,
-                                        asset_selection=[dg.AssetKey(a) for a in GPU_AND_EXPORTS] if units else None)
+                try:
+                    result = dg.execute_job(dg.reconstructable(transcribe_partition_job), instance=instance,
+                                            tags=tags, run_config=run_config, asset_selection=selection)
+                finally:  # the next run in this process forks its steps from a forkserver of its own
+                    stop_run_forkserver(guard.before)
         except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):  # Dagster stopped the run its own way
             watcher.stop()
             emit(failure_text(watcher, str(log_path) if log_path else None,
@@ -158,12 +169,13 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
 
 
 def stopped_as(instance, launch: str, signals: list[int]) -> str:
-    """How a run a signal stopped ended: canceled after SIGINT (reported so: `cli/stopping.py`), failed after
-    SIGTERM (an evicted pod's signal, which run retries take up)."""
-    if signals[0] == signal.SIGINT:
+    """How a run a signal stopped ended: canceled after an operator's signal (`cli/stopping.py: operator_stop`),
+    failed after a SIGTERM in a Kubernetes pod (an eviction, which run retries take up)."""
+    name = signal.Signals(signals[0]).name
+    if operator_stop(name):
         cancel_interrupted_run(instance, launch)
-        return "canceled (SIGINT)"
-    return "failed (SIGTERM)"
+        return f"canceled ({name})"
+    return f"failed ({name} in a Kubernetes pod: an eviction, which run retries take up)"
 
 
 def transcribe_partition_job():

@@ -10,9 +10,11 @@ its process group; Ctrl-C in a terminal sends exactly that, SIGINT to the foregr
 
 So a `StopGuard` watches for the signals beside Dagster (through `signal.set_wakeup_fd`, which every Python-level
 handler feeds, Dagster's included, so no handler is replaced) on a thread of its own. The first signal gives
-Dagster `GRACE_S` to stop the run its own way (the steps interrupted at their next safe point, the run failed, its
-pool slot freed; `batch-assets run` then reports a run stopped by SIGINT canceled, as the operator asked, and one
-stopped by SIGTERM, an evicted pod's signal, failed, so that run retries take it up). Once the run has ended and
+Dagster `GRACE_S` to stop the run its own way (the steps interrupted at their next safe point, its pool slot
+freed). An operator's signal (SIGINT; SIGTERM outside a Kubernetes pod: `operator_stop`) is a cancel: the run is
+marked CANCELING at once (`request_cancel`, the event log naming the signal), so Dagster ends it CANCELED, with no
+run-failure event and no retry tag; a SIGTERM in a pod, the kubelet's eviction, ends it failed, so that run retries
+take it up. Once the run has ended and
 no process it started is alive, the guard disarms: a signal that landed as the run succeeded leaves the command to
 print its summary, and `commands.run()` called from a notebook returns and leaves its host alone. When the grace
 is up first, or at a second signal, the guard stops it without Dagster: it kills every
@@ -80,8 +82,11 @@ class StopGuard:
     longer than `grace_s`, or at a second signal. `stop` does the stopping (kill, cancel, free, release), given
     the signal's name; `say` prints a line to the operator."""
 
-    def __init__(self, stop: Callable[[str], None], say: Callable[[str], None], grace_s: float = GRACE_S):
-        self.stop, self.say, self.grace_s = stop, say, grace_s
+    def __init__(self, stop: Callable[[str], None], say: Callable[[str], None], grace_s: float = GRACE_S,
+                 first: Callable[[str], None] = lambda name: None):
+        """`first(signal name)`: called at once on the first signal, before Dagster's own stop ends the run (the
+        command marks an operator's stop as a cancel there: `request_cancel`)."""
+        self.stop, self.say, self.grace_s, self.first = stop, say, grace_s, first
         self.signals: list[int] = []  # those the guard has acted on
         self._pending: list[int] = []
         self.finished = threading.Event()  # the run's own ending: set by the main thread when execute_job returns
@@ -113,6 +118,10 @@ class StopGuard:
         if first is None:  # the run ended without a signal
             return
         name = signal.Signals(first).name
+        try:
+            self.first(name)
+        except Exception as error:  # noqa: BLE001 - the stop goes on; Dagster then ends the run its own way
+            self._say(f"batch-assets: could not mark the run canceling ({type(error).__name__}: {error})")
         self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
                   f"within {self.grace_s:.0f} s; {name} again stops it now")
         second = self._next_signal(self.grace_s)
@@ -133,9 +142,18 @@ class StopGuard:
         finally:
             os._exit(128 + first)
 
+    @property
+    def before(self) -> set[int]:
+        """This process's children before the run (a host's own: a notebook's)."""
+        return self._before
+
     def _settled(self) -> bool:
-        """The run has ended (`execute_job` returned) and no process it started is alive: nothing left to stop."""
-        return self.finished.is_set() and not set(descendants(os.getpid())) - self._before
+        """The run has ended (`execute_job` returned) and no process it started is alive but the host's services
+        (multiprocessing's resource tracker; the run's forkserver is stopped as it ends: `cli/commands.py`):
+        nothing left to stop."""
+        from batch_assets.orchestration.executor import host_services
+
+        return self.finished.is_set() and not set(descendants(os.getpid())) - self._before - host_services()
 
     def _say(self, line: str) -> None:
         with contextlib.suppress(Exception):  # the terminal may be closed or gone
@@ -196,9 +214,34 @@ def stop_run(launch: str, partitions: list[str], storage, signal_name: str, say,
         f"partition leases freed; the next run of {', '.join(partitions)} starts at once")
 
 
+def operator_stop(signal_name: str) -> bool:
+    """Whether a signal to `batch-assets run` is the operator's stop, a cancel: SIGINT (Ctrl-C) always; SIGTERM
+    unless the command runs in a Kubernetes pod (`KUBERNETES_SERVICE_HOST`, which every pod's environment holds),
+    where a SIGTERM is the kubelet's eviction: that run ends failed, so that the instance's run retries take it up."""
+    return signal_name == "SIGINT" or not os.environ.get("KUBERNETES_SERVICE_HOST")
+
+
+def request_cancel(launch: str, signal_name: str) -> bool:
+    """Mark the run tagged `launch` CANCELING, saying who stopped it, before Dagster's own stop ends it: Dagster then
+    ends it CANCELED (no run-failure event, no retry tag) where it would otherwise record an unexpected
+    interruption, a failure to retry. True when marked."""
+    import dagster as dg
+
+    from batch_assets.cli.run_output import launched_run
+
+    with dg.DagsterInstance.get() as instance:
+        run = launched_run(instance, launch)
+        if run is None or run.is_finished or run.status == dg.DagsterRunStatus.CANCELING:
+            return False
+        instance.report_run_canceling(run, message=f"batch-assets run stopped by {signal_name} from the operator: "
+                                      "its steps stop at their next safe point, committed flights are kept for the "
+                                      "next run (batch_assets/cli/stopping.py)")
+    return True
+
+
 def cancel_interrupted_run(instance, launch: str) -> bool:
-    """After Dagster stopped the run tagged `launch` its own way on SIGINT (it ends it failed, its interrupted steps
-    up for retry): report it canceled, what the operator asked for. True when reported."""
+    """After Dagster stopped the run tagged `launch` its own way on an operator's signal: report it canceled where
+    `request_cancel` came too late (the run ended failed first). True when reported."""
     import dagster as dg
 
     from batch_assets.cli.run_output import launched_run

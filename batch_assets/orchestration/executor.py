@@ -12,6 +12,14 @@ process spent 2-4 s of CPU on those imports before its own work; a run of a one-
 steps import them, and a run that never reaches one would wait for them. A run config that names a `start_method`
 (`spawn`, or `forkserver` with its own `preload_modules`) gets what it names. With the multiprocess executor, its
 coordinator sleeps while a step waits for a pool slot (`dagster_adapter.py`).
+
+A run launched in a process that lives on (`commands.run()` from a notebook, twice) gets a forkserver of its own:
+multiprocessing keeps one per process, so a second run would fork its steps from the first run's, with the code
+and the environment (`--storage`, `--device`, a model) the first run's forkserver imported. `stop_run_forkserver`
+stops the one a run started once the run has ended (`cli/commands.py`); the next run starts its own. Both reach
+into multiprocessing's private state (`_forkserver._forkserver_pid`, `_stop`; the resource tracker's `_pid`, a
+service of the host process that ends with it, never a run's): `tests/test_reliability.py` fails loudly where a
+Python moves them.
 """
 
 import dagster as dg
@@ -43,3 +51,35 @@ def executor_for(settings: Settings) -> dg.ExecutorDefinition:
     from dagster_k8s import k8s_job_executor
 
     return k8s_job_executor
+
+
+def run_forkserver_pid() -> int | None:
+    """The pid of this process's multiprocessing forkserver (None: none running)."""
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_pid
+
+
+def stop_run_forkserver(before: set[int]) -> int | None:
+    """Stop this process's forkserver unless it was running before the run (its pid in `before`: a host's own);
+    returns the pid stopped. The next run starts a forkserver of its own, importing the code as it is then."""
+    from multiprocessing import forkserver
+
+    pid = run_forkserver_pid()
+    if pid is None or pid in before:
+        return None
+    server = forkserver._forkserver
+    try:
+        server._stop()
+    except OSError:  # killed and reaped already (the stop guard's stop): forget it, as `_stop` would have
+        server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+    return pid
+
+
+def host_services() -> set[int]:
+    """multiprocessing's resource tracker, started for a run's forkserver: a service of this process that ends with
+    it, never one of the run's processes."""
+    from multiprocessing import resource_tracker
+
+    pid = resource_tracker._resource_tracker._pid
+    return set() if pid is None else {pid}
