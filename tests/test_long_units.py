@@ -529,6 +529,25 @@ def test_rerunning_a_windowed_unit_gives_its_rows_again_and_keeps_the_others(win
     assert_same_results(before, tables_of(windowed_run, LONG_DAY))
 
 
+def test_two_units_of_one_flight_found_longer_both_get_their_windows_beside_it():
+    """Two estimated units planned whole in one flight, both measured past a window: each gets its windows, right
+    after the flight that held them (a long unit's windows in one shard), and the flight keeps its third unit; one
+    measured past the safety limit is not planned again."""
+    from batch_assets.ingest.measured_lengths import replanned
+    from batch_assets.ingest.prepare import prepare_flights
+
+    manifest = pl.DataFrame({"unit_id": ["a", "b", "c", "d"], "duration_s": [20.0, 10.0, 25.0, 400.0],
+                             "result_class": ["ok"] * 4, "duration_estimated": [True, False, True, False]})
+    spec = WindowSpec(60.0, 10.0)
+    plan, flights = prepare_flights(manifest, budget_s=600.0, max_units=3, windows=spec)
+    again, again_flights = replanned(plan, flights, {"a": 130.0, "c": 75.0, "b": 200_000.0}, spec)
+    assert again_flights["flight_id"].to_list()[:6] == [
+        "flight-0000", "flight-0000-u00-w0000", "flight-0000-u00-w0001", "flight-0000-u00-w0002",
+        "flight-0000-u02-w0000", "flight-0000-u02-w0001"], again_flights
+    assert again.filter(pl.col("flight_id") == "flight-0000")["unit_id"].to_list() == ["b"]
+    assert set(again["flight_id"]) == set(again_flights["flight_id"])
+
+
 @pytest.mark.e2e
 def test_a_piped_recording_longer_than_its_estimate_is_windowed_in_the_run_not_cut(tmp_path, lock_dir):
     """Issue 64: a FLAC written to a pipe (no length in its header) of 150 s, 100 of them digital silence: its size

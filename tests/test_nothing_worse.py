@@ -430,6 +430,13 @@ def test_a_wall_clock_step_does_not_declare_a_live_run_dead(tmp_path):
         worker.kill()
         worker.wait()
     assert free_dead_runs(instance, print) == ["live-run"]  # once its process is really gone
+    # issue 65: a run an operator's Ctrl-C marked CANCELING, then its process killed before it ended: canceled
+    canceling = instance.add_run(DagsterRun(job_name="transcribe_partition", run_id="canceling-run",
+                                            status=dg.DagsterRunStatus.CANCELING))
+    _engine_event(instance, canceling, worker.pid, started_wall, pid_start_ticks=identity["start_ticks"],
+                  boot_id=identity["boot_id"])
+    assert free_dead_runs(instance, print) == ["canceling-run"]
+    assert instance.get_run_by_id("canceling-run").status == dg.DagsterRunStatus.CANCELED
 
 
 # -- decoding in bounded memory ---------------------------------------------------------------------------------

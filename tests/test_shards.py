@@ -292,9 +292,11 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     assert other.libraries["torch"] and other.libraries["pyannote.audio"] and other.libraries["nemo_toolkit"]
     changed = judged(GpuResource(asr_model=str(copy)).commit_identity(switches | {"tf32_enabled": True}))
     assert why_kind(changed) == "made under another deployment: tf32_enabled"
-    # issue 65: made where a NeMo fix could not be installed (its source changed): never reused, by anyone
+    # issue 65: made where a NeMo fix could not be installed (its source changed): its own run's, never another's
     FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp", ("tdt token durations",))
-    assert "without the NeMo fixes tdt token durations" in judged(other)
+    assert judged(other) is None
+    assert "without the NeMo fixes tdt token durations" in FlightCommits(storage, P, "next-run", other).problem(
+        "flight-0000", "fp")
     FlightCommits(storage, P, "root-run", other).commit("flight-0000", HEARD_EN, "fp")
     # a commit from before commits recorded their identity
     record = tmp_path / "gpu_work" / P / "root-run" / "flight-0000.commit.json"

@@ -5,9 +5,10 @@ timeout (three tries of 10 s per message, inside its listing loop): its cursor w
 asked for, and a slow webhook got the same message every tick. Now a sensor with something to tell queues it
 (`queue`: one small object under `{storage}/alerts/outbox/`, named by the message's key) and goes on at once; the
 `deliver_alerts` sensor (`orchestration/alerts.py`) posts what is queued, oldest first, one short try each
-(`TRY_TIMEOUT_S`), within `DELIVERY_BUDGET_S` a tick; a try that fails ends the tick's posting (the webhook is down
-or slow: one timeout a tick, not one a message). A dead webhook leaves the outbox as it is and the next tick tries
-again, oldest first; once it answers, each message is sent once. A message queued twice, or again after it was
+(`TRY_TIMEOUT_S`), within `DELIVERY_BUDGET_S` a tick; a try that gets no answer ends the tick's posting (the webhook
+is down or slow: one timeout a tick, not one a message), one the webhook answers with an error (a 5xx, a 429) waits
+for the next tick while the messages after it are tried. A dead webhook leaves the outbox as it is and the next tick
+tries again, oldest first; once it answers, each message is sent once. A message queued twice, or again after it was
 sent, is one message: each one sent leaves its record under `alerts/sent/` (a message sent whose record could not be
 written is sent again: at least once, never lost). A message that an HTTP 4xx other than 429 refuses goes to
 `alerts/refused/` (the URL or the body is wrong: the same try again changes nothing). No Dagster.
@@ -102,6 +103,8 @@ def deliver(storage, url: str, budget_s: float = DELIVERY_BUDGET_S, timeout_s: f
             continue
         storage.write_bytes(here, tried)
         report.failed.append(f"{delivery.error}: {message.text}")
-        report.left = len(waiting) - i
-        break
+        if not delivery.answered:  # down or slow: the rest wait for the next tick, in their order
+            report.left = len(waiting) - i
+            break
+        report.left += 1  # it answered (a 5xx, a 429): this one waits, the next ones are tried
     return report

@@ -35,6 +35,7 @@ class Delivery:
     attempts: int
     error: str | None = None
     refused: bool = False  # an HTTP 4xx other than 429: trying the same body again changes nothing
+    answered: bool = False  # the webhook answered (an HTTP error): it is up, whatever this message met
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
@@ -59,7 +60,7 @@ def post_text(url: str, text: str, timeout_s: float = TIMEOUT_S, attempts: int =
     if len(text) > MAX_TEXT:
         text = text[:MAX_TEXT - 1] + "…"
     body = json.dumps({"text": text}).encode()
-    error = None
+    error, answered = None, False
     for attempt in range(1, attempts + 1):
         try:
             request = urllib.request.Request(url, data=body, method="POST",
@@ -68,9 +69,9 @@ def post_text(url: str, text: str, timeout_s: float = TIMEOUT_S, attempts: int =
                 response.read()
             return Delivery(True, attempt)
         except urllib.error.HTTPError as failure:
-            error = f"HTTP {failure.code} {failure.reason}"
+            error, answered = f"HTTP {failure.code} {failure.reason}", True
             if 400 <= failure.code < 500 and failure.code != 429:
-                return Delivery(False, attempt, error, refused=True)
+                return Delivery(False, attempt, error, refused=True, answered=True)
         except (urllib.error.URLError, OSError) as failure:  # refused, unreachable, timed out
             reason = getattr(failure, "reason", failure)
             error = _without(url, f"{type(failure).__name__}: {reason}")
@@ -79,7 +80,7 @@ def post_text(url: str, text: str, timeout_s: float = TIMEOUT_S, attempts: int =
             error = f"{type(failure).__name__} (its message is not shown: it may hold the URL)"
         if attempt < attempts:
             time.sleep(backoff_s * 2 ** (attempt - 1))
-    return Delivery(False, attempts, error)
+    return Delivery(False, attempts, error, answered=answered)
 
 
 def _without(url: str, said: str) -> str:

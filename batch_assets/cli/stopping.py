@@ -118,10 +118,7 @@ class StopGuard:
         if first is None:  # the run ended without a signal
             return
         name = signal.Signals(first).name
-        try:
-            self.first(name)
-        except Exception as error:  # noqa: BLE001 - the stop goes on; Dagster then ends the run its own way
-            self._say(f"batch-assets: could not mark the run canceling ({type(error).__name__}: {error})")
+        threading.Thread(target=self._first, args=(name,), name="batch-assets-cancel", daemon=True).start()
         self._say(f"batch-assets: {name}: stopping the run (its steps stop at their next safe point); it ends "
                   f"within {self.grace_s:.0f} s; {name} again stops it now")
         second = self._next_signal(self.grace_s)
@@ -141,6 +138,13 @@ class StopGuard:
             self._say(f"batch-assets: the stop guard's own stop failed ({type(error).__name__}: {error}); exiting")
         finally:
             os._exit(128 + first)
+
+    def _first(self, name: str) -> None:
+        """`first`, on a thread of its own: an instance that answers slowly never holds up the guard's grace."""
+        try:
+            self.first(name)
+        except Exception as error:  # noqa: BLE001 - the stop goes on; Dagster then ends the run its own way
+            self._say(f"batch-assets: could not mark the run canceling ({type(error).__name__}: {error})")
 
     @property
     def before(self) -> set[int]:
@@ -249,7 +253,7 @@ def cancel_interrupted_run(instance, launch: str) -> bool:
     run = launched_run(instance, launch)
     if run is None or run.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.SUCCESS):
         return False
-    instance.report_run_canceled(run, message="batch-assets run stopped by SIGINT (Ctrl-C): Dagster stopped its "
+    instance.report_run_canceled(run, message="batch-assets run stopped by the operator's signal: Dagster stopped its "
                                  "steps; committed flights are kept for the next run (batch_assets/cli/stopping.py)")
     return True
 

@@ -20,7 +20,7 @@ import json
 
 import polars as pl
 
-from batch_assets.long_units.windows import WindowSpec, planned_windows
+from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WindowSpec, planned_spec, planned_windows
 from batch_assets.source.decode import TARGET_SAMPLE_RATE
 from batch_assets.source.identity import identity_columns
 
@@ -94,16 +94,21 @@ def current_plan(storage, partition: str, manifest: pl.DataFrame) -> CurrentPlan
     valid = valid_measurements(manifest, read_measured(storage, partition))
     plan = storage.read_parquet("prepared_flights", partition, "plan")
     flights = storage.read_parquet("prepared_flights", partition, "flights")
-    spec = plan_spec(flights)
+    spec = plan_spec(flights, plan)
     plan, flights = replanned(plan, flights, valid, spec)
     return CurrentPlan(with_measured(manifest, valid), plan, flights, spec)
 
 
-def plan_spec(flights: pl.DataFrame) -> WindowSpec:
-    """The window spec a plan was made with (`prepare.FLIGHTS_SCHEMA`; a plan written before it: the default)."""
-    if "window_seconds" not in flights.columns or flights.is_empty():
+def plan_spec(flights: pl.DataFrame, plan: pl.DataFrame) -> WindowSpec:
+    """The window spec a plan was made with (`prepare.FLIGHTS_SCHEMA`; a plan written before it: its windowed
+    unit's layout, else the default)."""
+    if "window_seconds" in flights.columns and not flights.is_empty():
+        return WindowSpec(float(flights["window_seconds"][0]), float(flights["window_overlap_s"][0]))
+    second = plan.filter(pl.col("window") == 1)
+    if second.is_empty():
         return WindowSpec()
-    return WindowSpec(float(flights["window_seconds"][0]), float(flights["window_overlap_s"][0]))
+    first = plan.filter((pl.col("window") == 0) & (pl.col("unit_id") == second["unit_id"][0]))
+    return planned_spec(int(first["num_samples"][0]), float(second["window_start_s"][0]))
 
 
 def replanned(plan: pl.DataFrame, flights: pl.DataFrame, measured: dict[str, float],
@@ -115,8 +120,8 @@ def replanned(plan: pl.DataFrame, flights: pl.DataFrame, measured: dict[str, flo
     rows, after = plan.to_dicts(), {}  # after: old flight id -> the new flights that follow it
     for uid, seconds in measured.items():
         mine = [r for r in rows if r["unit_id"] == uid and r["result_class"] == "ok"]
-        if not mine or not spec.windowed(seconds):
-            continue
+        if not mine or not spec.windowed(seconds) or seconds > MAX_RECORDING_SECONDS:
+            continue  # past the safety limit: the GPU step classes it too_long (`source/flight_audio.py`)
         windows = planned_windows(seconds, spec)
         if [(r["window"], r["window_start_s"], r["num_samples"]) for r in mine] == [
                 (k, start, samples) for k, (start, samples) in enumerate(windows)]:
@@ -129,7 +134,7 @@ def replanned(plan: pl.DataFrame, flights: pl.DataFrame, measured: dict[str, flo
                           "offset_s": 0.0, "duration_s": samples / TARGET_SAMPLE_RATE, "planned_duration_s": seconds,
                           "window": k, "window_start_s": start}
                  for k, (start, samples) in enumerate(windows)]
-        after[mine[-1]["flight_id"]] = [f"{base}-w{k:04d}" for k in range(len(windows))]
+        after.setdefault(mine[-1]["flight_id"], []).extend(f"{base}-w{k:04d}" for k in range(len(windows)))
     if not after:
         return plan, flights
     plan = pl.DataFrame(rows, schema=plan.schema)

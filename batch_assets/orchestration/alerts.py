@@ -130,8 +130,9 @@ def ours(run: dg.DagsterRun) -> bool:
 
 @dg.run_failure_sensor(name="alert_failed_runs", minimum_interval_seconds=30, default_status=sensor_status(),
                        monitor_all_code_locations=True,
-                       description="Posts one message per run that failed and will not be retried (its partition, "
-                       "the steps that failed and why, its link) to BATCH_ASSETS_ALERT_WEBHOOK_URL. " + STARTS_WITH)
+                       description="Queues one message per run that failed and will not be retried (its partition, "
+                       "the steps that failed and why, its link) for BATCH_ASSETS_ALERT_WEBHOOK_URL (deliver_alerts "
+                       "posts it). " + STARTS_WITH)
 def alert_failed_runs(context: dg.RunFailureSensorContext, storage: StorageResource):
     run = context.instance.get_run_by_id(context.dagster_run.run_id) or context.dagster_run
     if not ours(run):
@@ -156,9 +157,10 @@ def failed_check_text(evaluation, run_id: str) -> str:
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, name="alert_failed_checks", minimum_interval_seconds=30,
                       default_status=sensor_status(), monitor_all_code_locations=True,
-                      description="Posts one message per failed asset check of severity ERROR in a run that succeeded "
+                      description="Queues one message per failed asset check of severity ERROR in a run that succeeded "
                       "(a freshness miss among them; a blocking check that fails fails its run, which "
-                      "alert_failed_runs posts) to BATCH_ASSETS_ALERT_WEBHOOK_URL. " + STARTS_WITH)
+                      "alert_failed_runs tells) for BATCH_ASSETS_ALERT_WEBHOOK_URL (deliver_alerts posts it). "
+                      + STARTS_WITH)
 def alert_failed_checks(context: dg.RunStatusSensorContext, storage: StorageResource):
     run_id = context.dagster_run.run_id
     if not ours(context.dagster_run):

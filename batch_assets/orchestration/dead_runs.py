@@ -122,22 +122,27 @@ def recorded_processes(instance: dg.DagsterInstance, run_id: str) -> dict[int, d
 
 
 def free_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], object] = print) -> list[str]:
-    """Report failed every STARTED run of a local instance whose processes are all gone, and free its slots."""
+    """Report failed every STARTED run of a local instance whose processes are all gone, and free its slots; a
+    CANCELING one (an operator's Ctrl-C, then the process killed before the run ended) is reported canceled."""
     if not _is_local_instance(instance):
         return []
     freed = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED,
+                                                                 dg.DagsterRunStatus.CANCELING])):
         processes = recorded_processes(instance, run.run_id)
         if not processes or any(process_alive(pid, identity) for pid, identity in processes.items()):
             continue
         pids = ", ".join(str(pid) for pid in sorted(processes))
-        instance.report_run_failed(
-            run, message=f"the processes of this run (pid {pids}) are gone (killed?): marked failed by batch_assets so "
-            "that its concurrency slots (pool gpu) are freed for later runs",
-        )
+        said = (f"the processes of this run (pid {pids}) are gone (killed?): marked {{}} by batch_assets so that its "
+                "concurrency slots (pool gpu) are freed for later runs")
+        if run.status == dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, message=said.format("canceled"))
+        else:
+            instance.report_run_failed(run, message=said.format("failed"))
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        log(f"run {run.run_id} ({run.job_name}) was STARTED but its processes (pid {pids}) are gone: "
-            "marked it failed and freed its gpu pool slot")
+        log(f"run {run.run_id} ({run.job_name}) was {run.status.value} but its processes (pid {pids}) are gone: "
+            f"marked it {'canceled' if run.status == dg.DagsterRunStatus.CANCELING else 'failed'} and freed its gpu "
+            "pool slot")
         freed.append(run.run_id)
     return freed
 

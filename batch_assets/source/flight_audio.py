@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.long_units.windows import WindowSpec, planned_spec
+from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WindowSpec, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
 from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
 from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
@@ -101,6 +101,10 @@ class FlightSource:
                     total, stopped = len(samples), decoded.stopped
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, failed_piece(error)
+        if samples is None and total > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE:
+            return None, DecodedPiece(problem=(ResultClass.TOO_LONG, f"{_grown(unit, total)}: longer than the safety "
+                                               f"limit ({MAX_RECORDING_SECONDS:.0f} s)"),
+                                      sha256=read.sha256, bytes_read=read.size)
         if samples is None:
             self.measured(unit.unit_id, unit.listed.token(), total)
             return None, DecodedPiece(problem=(ResultClass.FAILED, f"{_grown(unit, total)}: planned again in windows "
@@ -148,7 +152,10 @@ class FlightSource:
         # window's own (the stitched unit's class comes from its windows')
         note = length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated,
                             stream.stopped[0] if stream.stopped else "")[0] if last else ""
-        if last and stream.goes_on:  # measured to its end: planned again in windows, the rest processed later
+        if last and stream.goes_on and stream.decoded > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE:
+            note = (f"{_grown(unit, stream.decoded)}: longer than the safety limit ({MAX_RECORDING_SECONDS:.0f} s), "
+                    f"what follows the {planned.windows} window(s) planned was not processed")
+        elif last and stream.goes_on:  # measured to its end: planned again in windows, the rest processed later
             self.measured(unit.unit_id, unit.listed.token(), stream.decoded)
             note = ""
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,

@@ -26,7 +26,7 @@ only when all of it is what the resumed step would use:
   batch sizes (a batch's shape can move the last bits of a score);
 - the versions of torch, NeMo and pyannote.audio (`RESULT_LIBRARIES`, from their metadata); and the NeMo fixes a
   GPU step could not install (`gpu/adapters/nemo_adapter.py`: its NeMo's source was not the one they were written
-  for): a commit that records one is never reused;
+  for): a commit that records one counts for its own run only, never reused by another;
 - the result-changing switches (kinds "numbers" and "approximate", `switches.py`) and the word-confidence setting.
 The exact levers are not part of it: they change no result (the exact gate proves it), so a resume with one
 switched off reuses every commit.
@@ -101,7 +101,7 @@ def code_text(path: pathlib.Path) -> str:
 
 
 def code_digest(root: pathlib.Path = PACKAGE_ROOT) -> str:
-    """One digest of the result code's syntax trees, each under its path relative to `root`."""
+    """One digest of the result code's texts (`code_text`), each under its path relative to `root`."""
     digest = hashlib.sha256()
     for path in package_sources(root):
         digest.update(f"{path.relative_to(root).as_posix()}\n{code_text(path)}\n".encode())
@@ -140,7 +140,7 @@ class CommitIdentity:
     asr_batch_size: int | None = None  # as configured (0: by device, which `device_type` pins)
     libraries: dict[str, str | None] = dataclasses.field(default_factory=dict)  # `library_versions()`
     nemo_fixes_absent: tuple[str, ...] = ()  # NeMo fixes the step could not install (its source changed): such a
-    # commit is never reused (`differences`), whatever the deployment judging it
+    # commit counts for its own run (made as the rest of that run's), never for another's (`commits.py: problem`)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -163,9 +163,6 @@ class CommitIdentity:
         if recorded is None:
             return ["the commit records no identity (made before commits recorded one)"]
         found = []
-        if absent := recorded.get("nemo_fixes_absent"):
-            return [f"made without the NeMo fixes {', '.join(absent)} (its NeMo's source was not the one they were "
-                    "written for: nemo_adapter.py)"]
         fields = [("schema_version", "tables schema version"), ("package_version", "package version"),
                   ("word_confidence", "word confidence"), ("segmentation_batch_size", "segmentation batch size"),
                   ("embedding_batch_size", "embedding batch size"), ("asr_batch_size", "ASR batch size"),

@@ -92,6 +92,12 @@ class FlightCommits:
     def _url(self, *name: str) -> str:
         return self._url_in(self.root_run_id, *name)
 
+    def stitched_scores_name(self, unit_id: str, windows: list) -> str:
+        """Where a windowed unit's stitched array goes: named by what it is made of (`windows`: each window's place
+        and its array's content-named URI), so a later assembly of other windows never writes over it."""
+        made_of = hashlib.sha256(json.dumps(windows, sort_keys=True).encode()).hexdigest()[:16]
+        return f"{self.scores_name(unit_id)}.{made_of}"
+
     def scores_name(self, unit_id: str) -> str:
         """Where a unit's score array goes, relative to the `vad_scores` partition folder."""
         return f"scores/{self.root_run_id}/{unit_id}"
@@ -132,6 +138,10 @@ class FlightCommits:
             if unread := self._valid[flight_id].get("unread"):  # a read that failed is no result to keep
                 del self._valid[flight_id]
                 why = f"run {other}'s commit holds {len(unread)} unit(s) it could not read ({unread[:3]}): read again"
+                continue
+            if absent := (self._valid[flight_id].get("identity") or {}).get("nemo_fixes_absent"):
+                del self._valid[flight_id]  # made where a NeMo fix could not be installed: not another run's result
+                why = f"run {other}'s commit was made without the NeMo fixes {', '.join(absent)}: made again"
                 continue
             self.reused[flight_id] = other
             return None

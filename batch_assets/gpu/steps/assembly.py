@@ -30,7 +30,7 @@ from batch_assets.gpu.steps.shard_work import (
 from batch_assets.ingest.manifest import read_manifest
 from batch_assets.ingest.measured_lengths import current_plan
 from batch_assets.long_units.stitching import stitch
-from batch_assets.long_units.windows import window_pieces
+from batch_assets.long_units.windows import window_pieces, windows_by_unit
 from batch_assets.orchestration.steps import GPU_ASSET_KEYS, guard_degradation, lease_refusals_fail, partition_lease
 from batch_assets.storage.paths import remove_path
 from batch_assets.storage.resource import StorageResource
@@ -101,10 +101,13 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     window_scores = [uri for uid, uri in zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"],
                                              strict=True) if uid in pieces]
     hints = unit_speaker_hints(manifest, run_hints(config))
+    uri_of = dict(zip(fragments["vad_units"]["unit_id"], fragments["vad_units"]["scores_uri"], strict=True))
+    made_of = {uid: [[w.start_s, w.duration_s, uri_of.get(w.piece)] for w in windows]
+               for uid, windows in windows_by_unit(plan).items()}
     fragments = stitch(  # a windowed unit's windows become the unit (`long_units/stitching.py`)
         fragments, plan,
         write_scores=lambda uid, npy: _write_fenced(storage, storage.output_url(
-            "vad_scores", partition, f"{commits.scores_name(uid)}.npy"), npy, lease.check),
+            "vad_scores", partition, f"{commits.stitched_scores_name(uid, made_of[uid])}.npy"), npy, lease.check),
         read_array=storage.read_array, hints={uid: unit.hints for uid, unit in hints.items()},
         threshold=config.speaker_link_threshold,
         estimated=set(current.manifest.filter(pl.col("duration_estimated").fill_null(False))["unit_id"]))
