@@ -84,7 +84,8 @@ def test_good_units_are_planned_into_budgeted_flights_from_their_headers(local_i
     for row in flights.iter_rows(named=True):
         samples = plan.filter(pl.col("flight_id") == row["flight_id"])["num_samples"].sum()
         assert samples == round(row["audio_s"] * 16000)
-    assert set(flights.columns) == {"flight_id", "num_units", "audio_s"}  # a plan: no audio written
+    assert set(flights.columns) == {"flight_id", "num_units", "audio_s", "window_seconds",
+                                    "window_overlap_s"}  # a plan: no audio written
     assert (manifest["probe_bytes"].fill_null(0) <= 2 * 65536).all()  # headers only
     undecodable = manifest.filter(pl.col("result_class") == "undecodable")
     assert undecodable.height and (undecodable["probe_bytes"] > 0).all()  # what was read to find no header counts

@@ -23,14 +23,7 @@ import time
 import uuid
 
 from batch_assets.cli.run_flags import RUN_SETTINGS, apply_run_settings, positive_int, run_config_of
-from batch_assets.cli.stopping import (
-    StopGuard,
-    cancel_interrupted_run,
-    free_finished_run,
-    operator_stop,
-    request_cancel,
-    stop_run,
-)
+from batch_assets.cli.stopping import StopGuard, free_finished_run, operator_stop, request_cancel, stop_run, stopped_as
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
@@ -166,16 +159,6 @@ def run(partition: str, last: str | None = None, run_config: dict | None = None,
         if log_path:
             emit(f"  less {log_path}")
     return 0
-
-
-def stopped_as(instance, launch: str, signals: list[int]) -> str:
-    """How a run a signal stopped ended: canceled after an operator's signal (`cli/stopping.py: operator_stop`),
-    failed after a SIGTERM in a Kubernetes pod (an eviction, which run retries take up)."""
-    name = signal.Signals(signals[0]).name
-    if operator_stop(name):
-        cancel_interrupted_run(instance, launch)
-        return f"canceled ({name})"
-    return f"failed ({name} in a Kubernetes pod: an eviction, which run retries take up)"
 
 
 def transcribe_partition_job():

@@ -274,3 +274,13 @@ def free_finished_run(instance, launch: str) -> int:
                if s.run_id == run.run_id]
     instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
     return len(claimed)
+
+
+def stopped_as(instance, launch: str, signals: list[int]) -> str:
+    """How a run a signal stopped ended: canceled after an operator's signal (`cli/stopping.py: operator_stop`),
+    failed after a SIGTERM in a Kubernetes pod (an eviction, which run retries take up)."""
+    name = signal.Signals(signals[0]).name
+    if operator_stop(name):
+        cancel_interrupted_run(instance, launch)
+        return f"canceled ({name})"
+    return f"failed ({name} in a Kubernetes pod: an eviction, which run retries take up)"

@@ -8,5 +8,5 @@ owned and resumed flights through the locked section), `leftovers.py` (the fligh
 `assembly.py` (the tables from the commits), `metadata.py` (the materializations' metadata), `progress.py` (a
 line per committed flight), `stop_requests.py` (a stop signal acted on at the next safe point).
 
-May import: gpu.asr, gpu.device, gpu.outputs, gpu.section.
+May import: gpu.adapters, gpu.asr, gpu.device, gpu.outputs, gpu.section.
 """
