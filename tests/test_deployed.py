@@ -146,6 +146,12 @@ def test_the_sample_partition(deployment, flights_of_one):
     assert _started(deployment, answer["run_id"], "list_leftover_flights")
     assert not _started(deployment, answer["run_id"], "gpu_leftover[") and meta["leftover_steps"].value == 0
     if deployment.name == "s3-postgres":  # each step ran in a process of its own, sharing nothing local
+        failed_like = _failed_like(deployment, answer["run_id"])
+        try:  # the chart's instance relaunches a run whose step failed (a step pod lost past its retries)
+            assert _retried_by_the_instance(deployment, failed_like)
+        finally:
+            with deployment.instance() as instance:
+                instance.delete_run(failed_like)
         with deployment.instance() as instance:
             steps = {e.step_key for e in instance.all_logs(answer["run_id"]) if e.step_key}
         assert len(deployment.processes()) > len(steps), (len(deployment.processes()), steps)
@@ -153,6 +159,17 @@ def test_the_sample_partition(deployment, flights_of_one):
         assert _imported(deployment, assembly) == []  # no model library in the assembly's process
         assert {"nemo", "pyannote.audio", "torch"} <= {m for pid in _started(deployment, answer["run_id"], "gpu_shard[")
                                                        .values() for m in _imported(deployment, pid)}
+
+
+def _failed_like(deployment, run_id: str) -> str:
+    """A failed run with the tags of `run_id` (a run its step's failure ended, as a lost pod past its retries does),
+    added to the deployment's instance; its id."""
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    with deployment.instance() as instance:
+        run = instance.get_run_by_id(run_id)
+        return instance.add_run(DagsterRun(job_name=run.job_name, run_id=f"{run_id[:8]}-failed-like", tags=run.tags,
+                                           status=dg.DagsterRunStatus.FAILURE)).run_id
 
 
 def _retried_by_the_instance(deployment, run_id: str) -> bool:
@@ -180,6 +197,8 @@ def _value_runs(deployment) -> set[str]:
     return {_value_run(f) for f in _files(deployment, ".dagster-io")}
 
 
+@pytest.mark.parametrize("deployment", ["local"], indirect=True)  # the suite's budget: on S3 + PostgreSQL a step
+# process killed and retried is the sample partition's test, a re-execution from failure the backfill's
 def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flights_of_one):
     """Why 2 of issue 20 in 4 shards: killed once the first shard's flight is committed (its step ending or just
     ended, the last shards never started), re-executed from failure: Dagster reruns at most the shard steps that
@@ -189,16 +208,14 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     per step and a pool of two, so the second shard may be interrupted too: it reruns with the leftover steps. The
     re-execution runs its steps in its own process: which steps it runs is Dagster's plan, whatever the executor.)
 
-    Over 60 s here on S3 + PostgreSQL: a run killed for real, with a process per step and two GPU steps at a time,
-    and its re-execution from failure.
+    Locally only since issue 65 (the suite's time: 92-107 s on S3 + PostgreSQL); that the chart's instance relaunches
+    a run a step failed is asserted on the sample partition's deployment.
     """
     steps_in_process = deployment.name == "local"  # S3 + PostgreSQL: a process per step, two GPU steps at a time
     dead = deployment.kill_when(lambda: len(_commits(deployment)) >= 1, partition=P, run_config=KILLED,
                                 in_process=steps_in_process)
     committed = len(_commits(deployment))
     assert 1 <= committed < 5, committed
-    if deployment.name == "s3-postgres":  # the chart's instance relaunches it, as below
-        assert _retried_by_the_instance(deployment, dead)
     # re-executed after a redeploy that switched an exact lever off: it changes no result, so no commit is redone
     answer = deployment.run(reexecute_from=dead, env={EXACT_LEVER.env_var: "false"}, in_process=True)
     assert answer["success"], answer["log"].read_text()[-5000:]

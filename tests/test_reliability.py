@@ -542,16 +542,19 @@ def test_a_plain_run_after_a_ctrl_c_reuses_the_stopped_runs_commits_in_the_same_
 
         work = pathlib.Path({str(work)!r})
 
+        sent = []
+
         def interrupt():
             while not list(work.glob("*/*.commit.json")):
                 time.sleep(0.1)
+            sent.append(time.monotonic())
             os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt, daemon=True).start()
         first = commands.run({PARTITION!r})
         print("RESULT first", first, "forkserver", run_forkserver_pid(), flush=True)
         print("RESULT committed", len(list(work.glob("*/*.commit.json"))), flush=True)
-        time.sleep(GRACE_S + 2)  # an armed guard would end this process within its grace
+        time.sleep(max(0.0, sent[0] + GRACE_S + 2 - time.monotonic()))  # an armed guard ends it within its grace
         second = commands.run({PARTITION!r})
         print("RESULT second", second, "forkserver", run_forkserver_pid(), flush=True)
     """)

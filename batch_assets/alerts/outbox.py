@@ -28,6 +28,7 @@ from batch_assets.storage.paths import remove_path
 OUTBOX, SENT, REFUSED = "alerts/outbox", "alerts/sent", "alerts/refused"
 TRY_TIMEOUT_S = 5.0  # one try per message and tick: a dead webhook costs this, once per tick, not per message
 DELIVERY_BUDGET_S = 20.0  # a tick's posting, under Dagster's 60 s sensor timeout with room for the listing
+DELIVERY_INTERVAL_S = 15  # between `deliver_alerts` ticks: a queued message waits about this long (a listing each)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from batch_assets.alerts.outbox import DELIVERY_BUDGET_S, TRY_TIMEOUT_S, deliver, queue
+from batch_assets.alerts.outbox import DELIVERY_BUDGET_S, DELIVERY_INTERVAL_S, TRY_TIMEOUT_S, deliver, queue
 from batch_assets.alerts.webhook import plain_line
 from batch_assets.settings import current_settings
 from batch_assets.storage.resource import StorageResource
@@ -60,7 +60,7 @@ def tell(log: Callable[[str], None], storage: StorageResource, key: str, text: s
         log(f"queued for the alert webhook already: {text}")
 
 
-@dg.sensor(name="deliver_alerts", minimum_interval_seconds=30, default_status=sensor_status(),
+@dg.sensor(name="deliver_alerts", minimum_interval_seconds=DELIVERY_INTERVAL_S, default_status=sensor_status(),
            description="Posts the alerts the other sensors queued (alerts/outbox.py) to "
            f"BATCH_ASSETS_ALERT_WEBHOOK_URL, oldest first, one {TRY_TIMEOUT_S:.0f} s try each within "
            f"{DELIVERY_BUDGET_S:.0f} s a tick; a webhook that does not answer keeps them for the next tick. "
