@@ -2,10 +2,10 @@
 
 The daemon ticks the shipped sensors on its own (BATCH_ASSETS_SENSORS_RUNNING=true, the late-audio sensor every 5 s
 instead of 120 s) and launches their runs with the instance's own launcher, as a deployment's daemon does; the alerts
-go to an HTTP receiver on loopback. A day is run, a late object lands in it while another leaves it and the webhook
-accepts connections and never answers, and with nobody acting the late unit is transcribed beside the day's other
-units, unchanged, once; a run refused by a guard, a day never published (its freshness check fails) and the object
-gone each queue one message, posted once when the webhook answers again. Then the daemon is restarted, and asks
+go to an HTTP receiver on loopback that accepts connections and never answers until the late unit is in the
+tables. A day is run, a late object lands in it while another leaves it, and with nobody acting the late unit is
+transcribed beside the day's other units, unchanged, once; a run refused by a guard, a day never published (its
+freshness check fails) and the object gone each queue one message, posted once when the webhook answers again. Then the daemon is restarted, and asks
 for and posts nothing again.
 
 Over 60 s here, on purpose: the daemon and the run it launches (a process per step, as a deployment's) are what
@@ -76,6 +76,7 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
     deployment = deployments.local(tmp_path, source)
     log = tmp_path / "daemon.log"
     with WebhookReceiver() as hook:
+        hook.hanging.set()  # from the start: the webhook accepts connections and never answers (issue 65)
         deployment.env |= {"BATCH_ASSETS_SENSORS_RUNNING": "true", "BATCH_ASSETS_LATE_AUDIO_INTERVAL_SECONDS": "5",
                            "BATCH_ASSETS_ALERT_WEBHOOK_URL": hook.url, "BATCH_ASSETS_WEBSERVER_URL": "http://ui.test"}
         with deployment.instance() as instance:  # its SQLite storage made once, before two processes open it
@@ -90,7 +91,6 @@ def test_a_day_nobody_watches_picks_up_late_audio_and_tells_of_failures(tmp_path
                                      in_process=True)
             assert not refused["success"]
 
-            hook.hanging.set()  # the webhook accepts connections and never answers (issue 65)
             (source / P / LATE).parent.mkdir()
             shutil.copy(SAMPLE_SOURCE / P / "calls/2026/support_call.flac", source / P / LATE)
             (source / P / DAY_UNITS[1]).unlink()  # and an object gone: a message to post while the webhook hangs
