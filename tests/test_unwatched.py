@@ -5,8 +5,8 @@ instead of 120 s) and launches their runs with the instance's own launcher, as a
 go to an HTTP receiver on loopback that accepts connections and never answers until the late unit is in the
 tables. A day is run, a late object lands in it while another leaves it, and with nobody acting the late unit is
 transcribed beside the day's other units, unchanged, once; a run refused by a guard, a day never published (its
-freshness check fails) and the object gone each queue one message, posted once when the webhook answers again. Then the daemon is restarted, and asks
-for and posts nothing again.
+freshness check fails) and the object gone each queue one message, posted once when the webhook answers again.
+Then the daemon is restarted, and asks for and posts nothing again.
 
 Over 60 s here, on purpose: the daemon and the run it launches (a process per step, as a deployment's) are what
 is tested, so that run cannot run in process; the day is two short units, the two runs the test launches itself
