@@ -55,33 +55,24 @@ def _url(storage, folder: str, key: str) -> str:
 def queue(storage, key: str, text: str, now: float | None = None) -> bool:
     """Queue `text` under `key` unless a message of that key is queued, sent or refused already; True when queued
     now."""
-    url = _url(storage, OUTBOX, key)
     for folder in (OUTBOX, SENT, REFUSED):
         fs, path = storage.filesystem(_url(storage, folder, key))
         if fs.exists(path):
             return False
-    storage.write_bytes(url, json.dumps(dataclasses.asdict(Queued(key, text, time.time() if now is None else now)))
-                        .encode())
+    message = Queued(key, text, time.time() if now is None else now)
+    storage.write_bytes(_url(storage, OUTBOX, key), json.dumps(dataclasses.asdict(message)).encode())
     return True
 
 
 def queued(storage) -> list[Queued]:
     """The outbox, oldest first."""
-    fs, base = storage.filesystem(storage.url(OUTBOX))
-    fs.invalidate_cache(base)
-    found = []
-    for path in (fs.find(base) if fs.exists(base) else []):
-        if path.endswith(".json"):
-            try:
-                found.append(Queued(**json.loads(fs.cat_file(path))))
-            except FileNotFoundError:  # sent by another tick meanwhile
-                continue
+    found = [Queued(**record) for record in storage.read_json_files(storage.url(OUTBOX))]
     return sorted(found, key=lambda q: (q.queued_unix, q.key))
 
 
 def deliver(storage, url: str, budget_s: float = DELIVERY_BUDGET_S, timeout_s: float = TRY_TIMEOUT_S) -> DeliveryReport:
-    """Post the queued messages to `url`, oldest first, one try each, until `budget_s` is spent or a try fails (the
-    webhook is down or slow: the rest wait for the next tick, in their order)."""
+    """Post the queued messages to `url`, oldest first, one try each, until `budget_s` is spent or a try gets no
+    answer (the webhook is down or slow: the rest wait for the next tick, in their order)."""
     report, started = DeliveryReport(), time.monotonic()
     waiting = queued(storage)
     for i, message in enumerate(waiting):

@@ -50,14 +50,8 @@ def record_measured(storage, partition: str, measured: MeasuredLength) -> str:
 
 def read_measured(storage, partition: str) -> dict[str, MeasuredLength]:
     """The partition's measurements by unit id (none stored: empty)."""
-    fs, base = storage.filesystem(storage.output_url(ASSET, partition))
-    fs.invalidate_cache(base)
-    out = {}
-    for path in (fs.find(base) if fs.exists(base) else []):
-        if path.endswith(".json"):
-            measured = MeasuredLength(**json.loads(fs.cat_file(path)))
-            out[measured.unit_id] = measured
-    return out
+    found = [MeasuredLength(**record) for record in storage.read_json_files(storage.output_url(ASSET, partition))]
+    return {measured.unit_id: measured for measured in found}
 
 
 def valid_measurements(manifest: pl.DataFrame, measured: dict[str, MeasuredLength]) -> dict[str, float]:
@@ -129,12 +123,13 @@ def replanned(plan: pl.DataFrame, flights: pl.DataFrame, measured: dict[str, flo
         first = mine[0]
         base = (first["flight_id"].rsplit("-w", 1)[0] if first["window"] is not None
                 else f"{first['flight_id']}-u{first['position']:02d}")
+        ids = [f"{base}-w{k:04d}" for k in range(len(windows))]
         rows = [r for r in rows if r not in mine]
-        rows += [first | {"flight_id": f"{base}-w{k:04d}", "offset_samples": 0, "num_samples": samples,
-                          "offset_s": 0.0, "duration_s": samples / TARGET_SAMPLE_RATE, "planned_duration_s": seconds,
-                          "window": k, "window_start_s": start}
-                 for k, (start, samples) in enumerate(windows)]
-        after.setdefault(mine[-1]["flight_id"], []).extend(f"{base}-w{k:04d}" for k in range(len(windows)))
+        rows += [first | {"flight_id": flight_id, "offset_samples": 0, "num_samples": samples, "offset_s": 0.0,
+                          "duration_s": samples / TARGET_SAMPLE_RATE, "planned_duration_s": seconds, "window": k,
+                          "window_start_s": start}
+                 for k, (flight_id, (start, samples)) in enumerate(zip(ids, windows, strict=True))]
+        after.setdefault(mine[-1]["flight_id"], []).extend(ids)
     if not after:
         return plan, flights
     plan = pl.DataFrame(rows, schema=plan.schema)

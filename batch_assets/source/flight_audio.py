@@ -101,7 +101,7 @@ class FlightSource:
                     total, stopped = len(samples), decoded.stopped
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, failed_piece(error)
-        if samples is None and total > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE:
+        if samples is None and _past_limit(total):
             return None, DecodedPiece(problem=(ResultClass.TOO_LONG, f"{_grown(unit, total)}: longer than the safety "
                                                f"limit ({MAX_RECORDING_SECONDS:.0f} s)"),
                                       sha256=read.sha256, bytes_read=read.size)
@@ -152,7 +152,7 @@ class FlightSource:
         # window's own (the stitched unit's class comes from its windows')
         note = length_note(unit.duration_s, stream.decoded / TARGET_SAMPLE_RATE, unit.estimated,
                             stream.stopped[0] if stream.stopped else "")[0] if last else ""
-        if last and stream.goes_on and stream.decoded > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE:
+        if last and stream.goes_on and _past_limit(stream.decoded):
             note = (f"{_grown(unit, stream.decoded)}: longer than the safety limit ({MAX_RECORDING_SECONDS:.0f} s), "
                     f"what follows the {planned.windows} window(s) planned was not processed")
         elif last and stream.goes_on:  # measured to its end: planned again in windows, the rest processed later
@@ -215,6 +215,11 @@ def _decode_within(path: str, suffix: str, spec: WindowSpec) -> tuple[np.ndarray
             parts = []  # past a window: only counted from here
     samples = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
     return (None if total > limit else samples), total, stopped[0] if stopped else ""
+
+
+def _past_limit(samples: int) -> bool:
+    """Longer than the safety limit (`MAX_RECORDING_SECONDS`): never measured, so never planned again."""
+    return samples > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE
 
 
 def _grown(unit: UnitSource, samples: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pathlib
 import posixpath
@@ -181,6 +182,18 @@ class StorageResource(dg.ConfigurableResource):
         there (a commit then looked cut off)."""
         fs, path = self.filesystem(url)
         return fs.info(path, refresh=True)["size"]
+
+    def read_json_files(self, url: str) -> list[dict]:
+        """Every `.json` file under `url` (none: empty), listed afresh (no listing cached by an earlier call), a file
+        removed between the listing and its read left out."""
+        fs, base = self.filesystem(url)
+        fs.invalidate_cache(base)
+        found = []
+        for path in (fs.find(base) if fs.exists(base) else []):
+            if path.endswith(".json"):
+                with contextlib.suppress(FileNotFoundError):
+                    found.append(json.loads(fs.cat_file(path)))
+        return found
 
     def read_bytes(self, url: str) -> bytes:
         """A whole file's bytes (FileNotFoundError when it does not exist), in one request on an object store: one

@@ -135,13 +135,9 @@ class FlightCommits:
         for other in self._other_roots().get(flight_id, []):
             if self._judge(other, flight_id, fingerprint) is not None:
                 continue
-            if unread := self._valid[flight_id].get("unread"):  # a read that failed is no result to keep
+            if (not_kept := _not_reusable(self._valid[flight_id], other)) is not None:
                 del self._valid[flight_id]
-                why = f"run {other}'s commit holds {len(unread)} unit(s) it could not read ({unread[:3]}): read again"
-                continue
-            if absent := (self._valid[flight_id].get("identity") or {}).get("nemo_fixes_absent"):
-                del self._valid[flight_id]  # made where a NeMo fix could not be installed: not another run's result
-                why = f"run {other}'s commit was made without the NeMo fixes {', '.join(absent)}: made again"
+                why = not_kept
                 continue
             self.reused[flight_id] = other
             return None
@@ -169,7 +165,7 @@ class FlightCommits:
     def commit(self, flight_id: str, outcomes: list, fingerprint: str, nemo_fixes_absent: tuple[str, ...] = ()) -> dict:
         """Write one flight's results, then its record (last: the record is what makes the commit count).
         `nemo_fixes_absent`: the NeMo fixes this process could not install, recorded in its identity (such a commit
-        is never reused)."""
+        counts for its own run, never reused by another)."""
         self.fence()
         self._valid.pop(flight_id, None)  # judged again before it is read
         files: dict[str, int] = {}
@@ -261,6 +257,16 @@ class FlightCommits:
         if is_local(fs) and fs.exists(root):
             remove_empty_folders(root)
         return removed
+
+
+def _not_reusable(record: dict, root: str) -> str | None:
+    """Why root run `root`'s valid commit is still no result for another run to reuse (None: it is one): a unit it
+    could not read, or a NeMo fix its process could not install."""
+    if unread := record.get("unread"):
+        return f"run {root}'s commit holds {len(unread)} unit(s) it could not read ({unread[:3]}): read again"
+    if absent := (record.get("identity") or {}).get("nemo_fixes_absent"):
+        return f"run {root}'s commit was made without the NeMo fixes {', '.join(absent)}: made again"
+    return None
 
 
 def array_digest(array: np.ndarray) -> str:

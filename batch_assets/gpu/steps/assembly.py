@@ -68,7 +68,7 @@ def assemble_partition(context: dg.AssetExecutionContext, config: AssembleConfig
     current = current_plan(storage, partition, manifest)  # with the lengths the GPU steps measured
     plan = current.plan
     chosen = selected_units(config.units, manifest)
-    planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing())
+    planned = read_planned_flights(storage, partition, manifest, chosen, config, gpu.routing(), current)
     commits = FlightCommits(storage, partition, root_run_id(context), gpu.commit_identity(run_switches(config)),
                             fence=lease.check)
     if (done := assembled_from(commits, planned)) is not None:

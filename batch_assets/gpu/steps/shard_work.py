@@ -38,7 +38,7 @@ from batch_assets.gpu.steps.run_config import (
 from batch_assets.gpu.steps.shard_values import ShardReport, ShardSpec
 from batch_assets.gpu.steps.stop_requests import StopRequests
 from batch_assets.ingest.manifest import read_manifest
-from batch_assets.ingest.measured_lengths import MeasuredLength, current_plan, record_measured
+from batch_assets.ingest.measured_lengths import CurrentPlan, MeasuredLength, current_plan, record_measured
 from batch_assets.ingest.speaker_hints import UNHINTED
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
@@ -74,15 +74,16 @@ def selected_units(requested: Iterable[str], manifest: pl.DataFrame) -> set[str]
 
 def read_planned_flights(storage: StorageResource, partition: str, manifest: pl.DataFrame | None = None,
                          units: Iterable[str] | None = None, config=None,
-                         routing: dict[str, str] | None = None) -> list[PlannedFlight]:
+                         routing: dict[str, str] | None = None,
+                         current: CurrentPlan | None = None) -> list[PlannedFlight]:
     """The partition's current planned flights (`gpu/steps/resume.py`), read from `prepared_flights` and the lengths
     GPU steps measured (`ingest/measured_lengths.py: current_plan`) and the manifest; with the step's `config` (its
     hints and language) and the `routing`, fingerprinted with what the run config gives each unit, as every step
-    that judges commits does."""
+    that judges commits does. `current`: the plan already read for `manifest` (else read here)."""
     if manifest is None:
         manifest = read_manifest(storage, partition)
     inputs = unit_inputs(manifest, config, routing or {}) if config is not None else None
-    current = current_plan(storage, partition, manifest)
+    current = current or current_plan(storage, partition, manifest)
     return planned_flights(current.manifest, current.plan, current.flights, units, inputs)
 
 
@@ -175,8 +176,9 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
                     asr_batch_size=gpu.asr_batch_size)
     # the whole plan: a resumed windowed unit's layout and window count include its windows already committed
     def measured(unit_id: str, identity: str, samples: int) -> None:  # a unit longer than its plan's room
-        record_measured(storage, commits.partition, MeasuredLength(unit_id, identity, samples))
-        context.log.warning(f"{commits.partition}: {unit_id} decoded to {samples / 16_000:.1f} s, longer than "
+        found = MeasuredLength(unit_id, identity, samples)
+        record_measured(storage, commits.partition, found)
+        context.log.warning(f"{commits.partition}: {unit_id} decoded to {found.seconds:.1f} s, longer than "
                             f"planned: planned again in windows of {current.spec.seconds:.0f} s from that length; this "
                             "run's leftover step processes them (ingest/measured_lengths.py)")
 
