@@ -117,6 +117,9 @@ class Settings:
     word_confidence: bool = _variable("BATCH_ASSETS_WORD_CONFIDENCE", _p(env_bool, True), "true",
                                       "the words' `score` from the TDT decoder (2–3 % of ASR seconds on CPU); "
                                       "`false`: null")
+    channels: str = _variable("BATCH_ASSETS_CHANNELS", _p(env_choice, "auto", ("auto", "mix", "separate")), "`auto`",
+                              "how a multichannel unit is read: `auto` (a two-channel call channel by channel, one mix "
+                              "mixed), `mix`, `separate` ([channels](docs/outputs.md#channels))")
     lock_dir: str = _variable("BATCH_ASSETS_LOCK_DIR", _p(env_str, DEFAULT_LOCK_DIR),
                               "`batch_assets-locks` in the system temp dir",
                               "per-device section locks, shared by all processes on a device")

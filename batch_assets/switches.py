@@ -1,11 +1,12 @@
 """The speed levers as kill switches, in one registry.
 
-Three kinds (`Switch.kind`). The exact levers are on by default: they change no result (the gate and the tests
+Four kinds (`Switch.kind`). The exact levers are on by default: they change no result (the gate and the tests
 hold them to it). `half_precision_enabled` and `tf32_enabled` change numbers (reduced precision), so they are off
 unless a deployment turns them on after the gate passes on its own audio. The approximate levers
 (`embedding_trunk_blocks_enabled`, `embedding_skip_covered_enabled`) change results by design, within the bounds
 of the gate for approximate levers (`gate/compare.py`, against the exact run of the same audio): off unless that
-gate passes on a deployment's audio.
+gate passes on a deployment's audio. A path switch (`channel_reading_enabled`) turns a way of reading the audio off:
+on by default, it changes results by design (the gate compares runs with it at one value).
 A default can be flipped for a whole deployment with an environment
 variable, read once when the code location loads (`Settings.switch_defaults` in `settings.py`, so every
 run launched from that location agrees),
@@ -17,7 +18,8 @@ deployment must never silently turn a lever on or off.
 the Helm values' env entries (`k8s/values.yaml`) and the table in docs/gpu-section.md are made from it, and
 `tests/test_switches_registry.py` fails when any of them, or the typed core's `Levers`, disagrees. To add a
 lever: add a `Switch` here; a field to `ExactLeverConfig`, or for kinds "numbers" and "approximate" to
-`ResultSwitchConfig` (`gpu/steps/run_config.py`: what a flight's commit records), and to `Levers`
+`ResultSwitchConfig` for kinds "numbers", "approximate" and "path" (`gpu/steps/run_config.py`: what a flight's
+commit records), and to `Levers`
 (`gpu/section/levers.py`), in the registry's order; the switch at its default in `GpuSectionConfig`'s YAML example;
 then paste `python -m batch_assets.switches` output into the values and docs/gpu-section.md, and `python -m
 batch_assets.settings` output into the README's configuration table.
@@ -78,6 +80,10 @@ SWITCHES: tuple[Switch, ...] = (
            "APPROXIMATE: a chunk speaker covered by a neighbour chunk's same speaker takes its embedding instead of "
            "being embedded; off unless the approximate gate passes",
            default=False, helm_value="false", kind="approximate"),
+    Switch("channel_reading_enabled", "BATCH_PIPELINE_CHANNEL_READING_ENABLED",
+           "PATH: a multichannel unit read as its `channels` mode says (auto: a two-channel call channel by channel, "
+           "each party its channel's speaker, not diarized); off: every unit mixed down to one signal and diarized",
+           kind="path"),
 )
 SWITCH_ENV_VARS: dict[str, str] = {s.name: s.env_var for s in SWITCHES}
 EXACT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind == "exact")

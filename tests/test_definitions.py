@@ -98,9 +98,10 @@ def test_parse_switch():
             env_bool("X", True, {"X": bad})
         with pytest.raises(SettingError, match=SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]):
             read_switch_defaults({SWITCH_ENV_VARS["asr_cuda_graphs_enabled"]: bad})
-    # the exact levers on, half precision and the approximate levers off
-    assert read_switch_defaults({}) == {name: name in EXACT_SWITCHES for name in SWITCH_ENV_VARS}
-    assert sum(read_switch_defaults({}).values()) == 6
+    # the exact levers and the channel path on, half precision and the approximate levers off
+    assert read_switch_defaults({}) == {name: name in (*EXACT_SWITCHES, "channel_reading_enabled")
+                                        for name in SWITCH_ENV_VARS}
+    assert sum(read_switch_defaults({}).values()) == 7
 
 
 def test_integer_and_fraction_settings_name_the_variable_and_the_range():

@@ -272,7 +272,7 @@ def test_a_commit_counts_only_under_the_deployment_identity_it_recorded(tmp_path
     copy = tmp_path / "models" / "tiny-tdt.nemo"  # the same model under another name
     copy.parent.mkdir()
     copy.write_bytes(TDT_WEIGHTS.read_bytes())
-    switches = {s: False for s in RESULT_SWITCHES}
+    switches = {s: s == "channel_reading_enabled" for s in RESULT_SWITCHES}  # the defaults
     why = judged(GpuResource(asr_model=str(copy)).commit_identity(switches))
     assert why.startswith("made under another deployment (asr en: builtin:tiny-tdt (sha256 ") and str(copy) in why
     assert why_kind(why) == "made under another deployment: asr en"

@@ -74,10 +74,13 @@ def test_readme_table_is_made_from_the_registry():
 def test_the_approximate_levers_are_named_off_by_default_and_apart_from_the_exact_ones():
     assert APPROXIMATE_SWITCHES == ("embedding_trunk_blocks_enabled", "embedding_skip_covered_enabled")
     for switch in SWITCHES:
-        assert switch.kind in ("exact", "numbers", "approximate") and (switch.kind == "exact") == switch.default
+        assert switch.kind in ("exact", "numbers", "approximate", "path")
+        assert (switch.kind in ("exact", "path")) == switch.default
         assert switch.description.startswith("APPROXIMATE:") == (switch.kind == "approximate")
     assert [s.name for s in SWITCHES if s.kind == "numbers"] == ["half_precision_enabled", "tf32_enabled"]
-    assert set(EXACT_SWITCHES) | set(APPROXIMATE_SWITCHES) | {"half_precision_enabled", "tf32_enabled"} == set(NAMES)
+    assert [s.name for s in SWITCHES if s.kind == "path"] == ["channel_reading_enabled"]
+    assert set(EXACT_SWITCHES) | set(APPROXIMATE_SWITCHES) | {"half_precision_enabled", "tf32_enabled",
+                                                               "channel_reading_enabled"} == set(NAMES)
     # what a diarization call reads of them (`DiarizationCall`'s fields)
     options = Levers(embedding_trunk_blocks_enabled=True).embedding_options()
     assert options == {"shared_trunk": True, "half_precision": False, "trunk_blocks": True, "skip_covered": False}

@@ -210,7 +210,7 @@ def test_speaker_hints_reach_the_pipeline_and_a_bad_sidecar_is_a_reason(tmp_path
     skipped = {r["relative_key"]: r["reason"]
                for r in storage.read_parquet("fetched_audio", day, "skipped").iter_rows(named=True)}
     assert (skipped["meetings/planning.mp3.json"]
-            == "sidecar: speaker-count hints and language for 'meetings/planning.mp3'")
+            == "sidecar: speaker-count hints, language and channel choices for 'meetings/planning.mp3'")
     assert skipped["calls/2026/support_call.flac.json"].startswith("sidecar:")
     assert skipped["calls/2026/notes.txt"].startswith("extension '.txt'")
 

@@ -27,6 +27,7 @@ from batch_assets.cli.stopping import StopGuard, free_finished_run, operator_sto
 from batch_assets.exports.formats import FORMATS
 from batch_assets.models.languages import LanguageError, run_language
 from batch_assets.settings import SettingError, current_routing
+from batch_assets.source.channels import MODES
 from batch_assets.storage.resource import DEFAULT_SOURCE_URL, REPO_ROOT, SAMPLE_PARTITION
 
 
@@ -241,6 +242,8 @@ def _main(argv: list[str] | None) -> int:
     run_parser.add_argument("--language", metavar="CODE",
                             help="the language of every unit without a sidecar language: an ISO 639-1 code with an "
                             "ASR model (BATCH_ASSETS_ASR_MODELS), or auto (default: detect each unit's)")
+    run_parser.add_argument("--channels", choices=MODES, help="how each multichannel unit without a sidecar choice is "
+                            "read (gpu_section's channels; default: BATCH_ASSETS_CHANNELS, auto)")
     run_parser.add_argument("--verbose", action="store_true",
                             help="show Dagster's event log and library warnings live instead of in the log file")
     run_parser.add_argument("--allow-shrink", action="store_true",
@@ -282,7 +285,7 @@ def _main(argv: list[str] | None) -> int:
         return export(args.partition, args.unit, args.format, args.out)
     apply_run_settings(args)
     hints = {key: getattr(args, key) for key in ("num_speakers", "min_speakers", "max_speakers")
-             if getattr(args, key) is not None}
+             if getattr(args, key) is not None} | ({"channels": args.channels} if args.channels else {})
     if args.language is not None:  # refused before any work: a code with no ASR model, or not a code at all
         try:
             run_language(args.language, current_routing(), "--language")

@@ -207,7 +207,8 @@ def json_text(segments: pl.DataFrame, words: pl.DataFrame, language: str | None 
 
 
 def rttm(turns: pl.DataFrame, unit_id: str) -> str:
-    """The unit's diarization with overlaps (`exclusive` false) as RTTM `SPEAKER` lines, sorted by start.
+    """The unit's diarization with overlaps (`exclusive` false) as RTTM `SPEAKER` lines, sorted by start; the
+    channel field is the turn's channel counted from 1 (RTTM's numbering: a unit read by channel), else 1.
 
     The duration is whole milliseconds (end minus start in ms), so start + duration reads back as the end to 1 ms."""
     if not len(turns):
@@ -216,7 +217,8 @@ def rttm(turns: pl.DataFrame, unit_id: str) -> str:
     lines = []
     for row in rows.iter_rows(named=True):
         start, end = _ms(row["start_s"]), _ms(row["end_s"])
-        lines.append(f"SPEAKER {unit_id} 1 {start / 1000:.3f} {(end - start) / 1000:.3f} <NA> <NA> "
+        channel = 1 if row.get("channel") is None else row["channel"] + 1
+        lines.append(f"SPEAKER {unit_id} {channel} {start / 1000:.3f} {(end - start) / 1000:.3f} <NA> <NA> "
                      f"{row['speaker'] or UNKNOWN_SPEAKER} <NA> <NA>\n")
     return "".join(lines)
 

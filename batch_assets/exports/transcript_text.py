@@ -1,4 +1,5 @@
-"""Speaker-attributed transcripts as people read them: turns of `SPEAKER_xx [start-end]: words`.
+"""Speaker-attributed transcripts as people read them: turns of `SPEAKER_xx [start-end]: words` (a unit read by channel:
+its channels' speakers, the header saying so).
 
 Built from the `transcripts` tables alone (Dagster-free), so the materialization metadata in the UI and
 `batch-assets show` in a terminal print the same text. Consecutive words of one speaker form a turn;
@@ -70,8 +71,9 @@ def unit_lines(unit: dict, words: pl.DataFrame, max_chars: int = 2000) -> list[s
     """A unit's header line and its turns (bounded)."""
     duration = f"{unit['duration_s']:.1f} s" if unit["duration_s"] is not None else "-"
     language = unit.get("language")
+    by_channel = f"{unit['channels']} channels read by channel, " if unit.get("channel_reading") == "by_channel" else ""
     header = (f"{unit['unit_id']} ({unit['result_class']}, {language + ', ' if language else ''}{duration}, "
-              f"{unit['num_words']} words)")
+              f"{by_channel}{unit['num_words']} words)")
     if unit["reason"]:
         header += f": {unit['reason']}"
     return [header, *_bounded([t.line() for t in turns(words, language)], max_chars)]

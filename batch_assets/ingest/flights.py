@@ -2,9 +2,10 @@
 
 A flight is the unit of work the GPU section takes at once, and the unit of decoded audio held in
 memory. Packing is greedy in manifest order (deterministic for the same input): a flight closes when
-the next unit would take it past the budget (default 1800 audio seconds) or past the unit cap (default
-8). A unit longer than the budget flies alone, and so does every unit named in `alone` (a unit processed in
-windows: `prepared_flights` turns its flight into one flight per window, `batch_assets/long_units/windows.py`).
+the next unit would take it past the budget (default 1800 audio seconds, each channel's counted for a unit with
+several: it may be read channel by channel, `source/channels.py`) or past the unit cap (default 8). A unit longer
+than the budget flies alone, and so does every unit named in `alone` (a unit processed in windows:
+`prepared_flights` turns its flight into one flight per window, `batch_assets/long_units/windows.py`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ def plan_flights(
     budget_s: float = DECODE_BUDGET_S,
     max_units: int = MAX_UNITS_PER_FLIGHT,
     alone: frozenset[str] = frozenset(),
+    channels: dict[str, int] | None = None,
 ) -> list[PlannedUnit]:
-    """`units` is [(unit_id, duration_s)] in manifest order; returns the plan in flight order."""
+    """`units` is [(unit_id, duration_s)] in manifest order; returns the plan in flight order. `channels`: a unit's
+    channels where it has several: the budget counts each channel's seconds (it may be read channel by channel)."""
+    channels = channels or {}
     if budget_s <= 0 or max_units < 1:
         raise ValueError("budget_s must be positive and max_units at least 1")
     plan: list[PlannedUnit] = []
@@ -46,10 +50,11 @@ def plan_flights(
         flight, flight_s = [], 0.0
 
     for unit_id, duration_s in units:
-        if flight and (flight_s + duration_s > budget_s or len(flight) >= max_units or unit_id in alone
+        counted = duration_s * channels.get(unit_id, 1)
+        if flight and (flight_s + counted > budget_s or len(flight) >= max_units or unit_id in alone
                        or flight[-1][0] in alone):
             close()
         flight.append((unit_id, duration_s))
-        flight_s += duration_s
+        flight_s += counted
     close()
     return plan

@@ -8,7 +8,8 @@ decoded. The GPU step reads each object once, to decode it, checks it is the ver
 its sha256 as it streams (`source/flight_audio.py`). Objects whose extension is not a supported
 audio format are not units, but they are listed in a `skipped` table so that nothing disappears silently;
 a unit's JSON sidecar (`call.flac.json`: speaker-count hints, `speaker_hints.py`) is listed there as a sidecar,
-and read into the unit's `hint_*` columns (or, when it is bad, `hint_problem`).
+and read into the unit's `hint_*` columns (or, when it is bad, `hint_problem`), its `sidecar_language` and its
+`sidecar_channels` (`unit_channels.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from batch_assets.ingest.speaker_hints import (
     HintError,
     parse_sidecar,
     sidecar_language,
+    sidecar_object,
 )
+from batch_assets.ingest.unit_channels import ChannelChoiceError, sidecar_channels
 from batch_assets.ingest.units import escaped, is_audio, key_problem, relative_key, storable, unit_ids
 from batch_assets.schema.results import ResultClass
 from batch_assets.source.decode import AUDIO_EXTENSIONS, DecodeError, suffix_of
@@ -60,6 +63,7 @@ MANIFEST_SCHEMA = {
     "hint_max_speakers": pl.Int64,
     "hint_problem": pl.String,
     "sidecar_language": pl.String,
+    "sidecar_channels": pl.String,  # the sidecar's channel keys, checked (JSON: `ingest/unit_channels.py`)
 }
 SKIPPED_SCHEMA = {"source_uri": pl.String, "relative_key": pl.String, "reason": pl.String}
 
@@ -179,17 +183,24 @@ def describe_object(
 def sidecar_hints(fs, path: str, rel: str, retries: RetryPolicy, partition_path: str) -> dict:
     """A unit's manifest columns from its sidecar: the hints, or why they were ignored (its name escaped), and the
     language it declares (as written: `ingest/unit_language.py` checks it)."""
-    rel, buffer, language = escaped(rel), io.BytesIO(), {}
+    rel, buffer, language, channels, problems = escaped(rel), io.BytesIO(), {}, {}, []
     try:
         if (size := fs.size(path)) > MAX_SIDECAR_BYTES:  # never read a huge object into memory
             raise HintError(f"{rel}: {size} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
         read_once(fs, path, None, buffer, partition_path, retries)
         declared = sidecar_language(buffer.getvalue(), rel)
         language = {} if declared is None else {"sidecar_language": storable(declared[:100])}
+        try:
+            chosen = sidecar_channels(sidecar_object(buffer.getvalue(), rel), rel)
+            channels = {} if chosen is None else {"sidecar_channels": chosen}
+        except (ChannelChoiceError, HintError) as error:
+            problems.append(f"channel choices ignored: {error}")
         hints = parse_sidecar(buffer.getvalue(), rel)
     except (FetchError, ChangedSinceListed, HintError, OSError, ValueError) as error:
-        return language | {"hint_problem": storable(f"speaker hints ignored: {error}"[:500])}
-    return language | {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
+        problems.insert(0, f"speaker hints ignored: {error}")
+        return language | channels | {"hint_problem": storable("; ".join(problems)[:500])}
+    return (language | channels | {f"hint_{key}": value for key, value in hints.pipeline_kwargs().items()}
+            | ({"hint_problem": storable("; ".join(problems)[:500])} if problems else {}))
 
 
 def build_manifest(
@@ -215,7 +226,7 @@ def build_manifest(
             return aliases[p]
         if p in sidecars.values():
             unit = relative_key(partition_path, p.removesuffix(SIDECAR_SUFFIX))
-            return f"sidecar: speaker-count hints and language for {unit!r}"
+            return f"sidecar: speaker-count hints, language and channel choices for {unit!r}"
         return f"extension {posixpath.splitext(p)[1] or '(none)'!r} is not one of {', '.join(AUDIO_EXTENSIONS)}"
 
     skipped = [{"source_uri": uri_of(fs, p), "relative_key": relative_key(partition_path, p), "reason": why_skipped(p)}

@@ -1,6 +1,7 @@
 """The flight plan of a partition: its `ok` units packed into flights under the decode budget, from their listed
-durations. Nothing is fetched or decoded here and no audio is written: the GPU step that owns a flight fetches and
-decodes its units itself (`source/flight_audio.py`), each object read once.
+durations (each channel's seconds counted for a unit with several). Nothing is fetched or decoded here and no audio
+is written: the GPU step that owns a flight fetches and decodes its units itself (`source/flight_audio.py`), each
+object read once.
 
 Each plan row gives a unit's flight, position and planned place in the flight's audio (`offset_samples`,
 `num_samples`, from the listed duration at 16 kHz); the GPU step places the units as they decode, and a unit whose
@@ -72,7 +73,10 @@ def prepare_flights(
                  else [False] * ok.height)
     durations = [d * ESTIMATE_MARGIN if e else d for d, e in zip(ok["duration_s"], estimated, strict=True)]
     windowed = frozenset(uid for uid, d in zip(ok["unit_id"], durations, strict=True) if windows.windowed(d))
-    plan = plan_flights(list(zip(ok["unit_id"], durations, strict=True)), budget_s, max_units, windowed)
+    channels = ok["channels"] if "channels" in ok.columns else [1] * ok.height
+    several = {uid: n for uid, n in zip(ok["unit_id"], channels, strict=True)
+               if n and n > 1 and uid not in windowed}  # a long unit's windows are read mixed
+    plan = plan_flights(list(zip(ok["unit_id"], durations, strict=True)), budget_s, max_units, windowed, several)
     by_flight: dict[str, list[PlannedUnit]] = {}
     for planned in plan:
         by_flight.setdefault(planned.flight_id, []).append(planned)

@@ -6,13 +6,16 @@ beside an audio object, named after it with `.json` appended (`call.flac` -> `ca
 `{"num_speakers": 2}` or `{"min_speakers": 2, "max_speakers": 4}`). A sidecar is not a unit (it is listed in
 `skipped` as one); bad hints never fail anything: the unit runs without hints and its `reason` says why.
 The hints applied are recorded per unit in `transcripts/units` (`hint_*` columns). A sidecar may also declare
-the unit's language (`{"language": "es"}`: `sidecar_language`, read on its own; `ingest/unit_language.py`).
+the unit's language (`{"language": "es"}`: `sidecar_language`, read on its own; `ingest/unit_language.py`) and how
+its channels are read (`ingest/unit_channels.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from batch_assets.ingest.unit_channels import CHANNEL_KEYS
 
 SIDECAR_SUFFIX = ".json"
 MAX_SIDECAR_BYTES = 4096
@@ -65,7 +68,7 @@ class SpeakerHints:
 NO_HINTS = SpeakerHints()
 
 
-def _sidecar_object(data: bytes, name: str) -> dict:
+def sidecar_object(data: bytes, name: str) -> dict:
     if len(data) > MAX_SIDECAR_BYTES:
         raise HintError(f"{name}: {len(data)} bytes, more than a sidecar's {MAX_SIDECAR_BYTES}")
     try:
@@ -79,11 +82,11 @@ def _sidecar_object(data: bytes, name: str) -> dict:
 
 def parse_sidecar(data: bytes, name: str) -> SpeakerHints:
     """A sidecar's hints; HintError naming the sidecar and what is wrong with it."""
-    value = _sidecar_object(data, name)
-    unknown = sorted(set(value) - set(KEYS) - {LANGUAGE_KEY})
+    value = sidecar_object(data, name)
+    unknown = sorted(set(value) - set(KEYS) - {LANGUAGE_KEY} - set(CHANNEL_KEYS))
     if unknown:
         raise HintError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))}: the keys are "
-                        f"{', '.join((*KEYS, LANGUAGE_KEY))}")
+                        f"{', '.join((*KEYS, LANGUAGE_KEY, *CHANNEL_KEYS))}")
     try:
         return SpeakerHints(**{key: value[key] for key in KEYS if key in value})
     except HintError as error:
@@ -95,7 +98,7 @@ def sidecar_language(data: bytes, name: str) -> str | None:
     the sidecar unreadable (then `parse_sidecar` says why). Checked when the unit's language is resolved, so a bad
     code fails that unit with a reason (`ingest/unit_language.py`)."""
     try:
-        value = _sidecar_object(data, name).get(LANGUAGE_KEY)
+        value = sidecar_object(data, name).get(LANGUAGE_KEY)
     except HintError:
         return None
     return value if value is None or isinstance(value, str) else json.dumps(value)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from batch_assets.gpu.outputs.tables import LANGUAGE_COLUMNS, segment_indices
+from batch_assets.gpu.outputs.tables import CHANNEL_COLUMNS, LANGUAGE_COLUMNS, segment_indices
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
 from batch_assets.models.languages import word_separator
@@ -202,7 +202,8 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
         return empty | {"outcomes": pl.DataFrame([{"unit_id": uid, "flight_id": windows[0].flight_id,
                                                    "duration_s": duration, "result_class": result_class,
                                                    "reason": reason, "num_words": 0, "text": "",
-                                                   "sha256": sha256}], schema=fragments["outcomes"].schema)}
+                                                   "sha256": sha256} | {k: ordered[0][k] for k in CHANNEL_COLUMNS}],
+                                                 schema=fragments["outcomes"].schema)}
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
               r["speech_s"]) for r in speakers.iter_rows(named=True)]
@@ -254,7 +255,7 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
                                    "num_speakers": len(names) if result_class != ResultClass.SILENT else 0,
                                    "num_words": len(words),
                                    "text": word_separator(language["language"]).join(words["word"]),
-                                   "sha256": sha256} | language],
+                                   "sha256": sha256} | language | {k: ordered[0][k] for k in CHANNEL_COLUMNS}],
                                  schema=fragments["outcomes"].schema),
     }
 

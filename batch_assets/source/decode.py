@@ -8,7 +8,8 @@ Two decoders, each where it is the better one (`docs/benchmarks.md`: decode CPU 
   stream: MP4/M4A/M4V/MOV/3GP (the first audio track; video is never decoded), WebM/MKA, AMR, raw AAC, WMA, CAF,
   and the FLAC and MP3 streams above; also whatever libsndfile fails to open or read.
 Multichannel audio is downmixed by averaging; resampling uses soxr (a real band-limited resampler, not
-interpolation). The original rate and channel count are kept for the manifest.
+interpolation). The original rate and channel count are kept for the manifest. `decode_channels` also keeps each
+channel at 16 kHz (a unit that may be read channel by channel: `source/channels.py`), beside the same mix.
 
 `decode_file` streams: it reads a block of frames at a time, downmixes it and feeds soxr's streaming
 resampler (bit-identical to resampling the whole signal at once), writing into one array sized from the
@@ -104,6 +105,33 @@ class _Resampled:
         return self.out[: self.length]
 
 
+class _Channels:
+    """Each channel at 16 kHz, resampled block by block (one soxr stream over all channels: each channel's samples
+    are bit-identical to resampling that channel alone)."""
+
+    def __init__(self, sample_rate: int, channels: int):
+        self.channels, self.parts = channels, []
+        self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, channels, dtype="float32", quality="HQ")
+                       if sample_rate != TARGET_SAMPLE_RATE else None)
+
+    def add(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=np.float32)
+        self.parts.append(self.stream.resample_chunk(block) if self.stream is not None else block)
+
+    def result(self, length: int) -> np.ndarray:
+        """(channels, `length`): the channels, as long as the mix."""
+        if self.stream is not None:
+            self.parts.append(self.stream.resample_chunk(np.zeros((0, self.channels), np.float32), last=True))
+        out = np.zeros((self.channels, length), dtype=np.float32)
+        done = 0
+        for part in self.parts:
+            take = min(len(part), length - done)
+            out[:, done : done + take] = part[:take].T
+            done += take
+        self.parts = []
+        return out
+
+
 class UntrustedLength(Exception):
     """libsndfile would decode this stream only as far as a length its header does not state: ffmpeg decodes it."""
 
@@ -126,31 +154,47 @@ def _soundfile_handle(path: str, suffix: str) -> sf.SoundFile:
     return handle
 
 
-def _soundfile_decode(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
+def _decoded(blocks, rate: int, channels: int, expected: int, keep: bool) -> tuple[np.ndarray, np.ndarray | None,
+                                                                                  int]:
+    """(the mix, each channel when `keep` and there are several, frames) of a stream of (frames, channels) blocks."""
+    resampled, frames = _Resampled(rate, max(expected, 0)), 0
+    each = _Channels(rate, channels) if keep and channels > 1 else None
+    for block in blocks:
+        resampled.add(block)
+        if each is not None:
+            each.add(block)
+        frames += len(block)
+    mix = resampled.result()
+    return mix, (each.result(len(mix)) if each is not None else None), frames
+
+
+def _soundfile_decode(path: str, suffix: str, keep: bool = False) -> tuple[np.ndarray, np.ndarray | None, AudioInfo]:
     with _soundfile_handle(path, suffix) as handle:
         rate, channels = int(handle.samplerate), int(handle.channels)
-        resampled, frames = _Resampled(rate, max(int(handle.frames), 0)), 0
-        for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
-            resampled.add(block)
-            frames += len(block)
-    return resampled.result(), AudioInfo(rate, channels, frames)
+        blocks = handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True)
+        mix, each, frames = _decoded(blocks, rate, channels, int(handle.frames), keep)
+    return mix, each, AudioInfo(rate, channels, frames)
 
 
-def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
-    """Decode a local file (container named by `suffix`) to 16 kHz mono float32, and the original format, streaming:
-    soundfile where it decodes the whole stream, ffmpeg for the rest and for what soundfile cannot open or read."""
+def decode_channels(path: str, suffix: str, keep: bool = True) -> tuple[np.ndarray, np.ndarray | None, AudioInfo]:
+    """`decode_file`'s mix, and with `keep` each channel of a multichannel object at 16 kHz ((channels, samples), as
+    long as the mix; None for one channel), in one pass."""
     try:
-        return _soundfile_decode(path, suffix)
+        return _soundfile_decode(path, suffix, keep)
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better
         raise
     except Exception as soundfile_error:
         with _ffmpeg_fallback(path, soundfile_error) as stream:
             info = stream.info
-            resampled, frames = _Resampled(info.sample_rate, info.frames), 0
-            for block in stream:
-                resampled.add(block)
-                frames += len(block)
-            return resampled.result(), AudioInfo(info.sample_rate, info.channels, frames, stopped=stream.stopped)
+            mix, each, frames = _decoded(stream, info.sample_rate, info.channels, info.frames, keep)
+            return mix, each, AudioInfo(info.sample_rate, info.channels, frames, stopped=stream.stopped)
+
+
+def decode_file(path: str, suffix: str) -> tuple[np.ndarray, AudioInfo]:
+    """Decode a local file (container named by `suffix`) to 16 kHz mono float32, and the original format, streaming:
+    soundfile where it decodes the whole stream, ffmpeg for the rest and for what soundfile cannot open or read."""
+    mix, _, info = decode_channels(path, suffix, keep=False)
+    return mix, info
 
 
 @contextlib.contextmanager

@@ -3,7 +3,9 @@
 Why: the day streams into the GPU steps. `fetched_audio` lists (headers only) and `prepared_flights` plans
 (`prepare.py`); the step owning a flight reads each of its units' objects once (`source/objects.read_once`: staged
 to a temporary file while its sha256 is computed, checked to be the version listed), decodes it to 16 kHz mono
-float32 (`source/decode.py`, streaming) and lays the units one after another in the flight's audio. Lever 1
+float32 (`source/decode.py`, streaming) and lays the units one after another in the flight's audio; a unit its
+channel mode reads channel by channel (`source/channels.py`, decided on its decoded channels) lays each channel
+after the other (its piece's `reading`). Lever 1
 (`gpu/section/flight_feed.py`) calls `FlightSource.load` for the next flights on background threads within the
 decode budget while the device works, and the step starts its first flight while its models load (`start`); off,
 the section calls it for each flight, one unit after another.
@@ -41,7 +43,8 @@ import polars as pl
 
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WindowSpec, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
-from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_file, stream_file, suffix_of
+from batch_assets.source.channels import AUTO, MIX, SEPARATE, ChannelReading, decide
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_channels, stream_file, suffix_of
 from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
 from batch_assets.source.identity import ObjectVersion
 from batch_assets.source.objects import ReadObject, read_once
@@ -55,6 +58,7 @@ from batch_assets.source.pieces import (
 )
 from batch_assets.source.window_stream import WindowStream
 
+LONG_UNIT, LENGTH_UNSTATED = "long_unit", "length_unstated"  # read mixed: decoded streaming (`channel_source`)
 DEFAULT_SPEC = WindowSpec()  # a plan's windows, where it says nothing else (`ingest/measured_lengths.py: plan_spec`)
 
 
@@ -96,9 +100,14 @@ class FlightSource:
             with self._staged(unit) as (path, read):
                 if unit.estimated:  # never held past a window: a longer stream is measured, not kept
                     samples, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec)
+                    reading = _unread(unit, LENGTH_UNSTATED)
                 else:
-                    samples, decoded = decode_file(path, suffix_of(unit.relative_key))
+                    keep = unit.mode == SEPARATE or (unit.mode == AUTO and unit.channels <= 2)
+                    samples, each, decoded = decode_channels(path, suffix_of(unit.relative_key), keep)
                     total, stopped = len(samples), decoded.stopped
+                    reading = decide(unit.mode, unit.mode_source, each, decoded.channels)
+                    if reading.separate:
+                        samples = each
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, failed_piece(error)
         if samples is None and _past_limit(total):
@@ -113,8 +122,9 @@ class FlightSource:
         if len(samples) == 0:
             return None, DecodedPiece(problem=(ResultClass.EMPTY, "decoded to zero samples"), sha256=read.sha256,
                                       bytes_read=read.size)
-        note, truncated = length_note(unit.duration_s, len(samples) / TARGET_SAMPLE_RATE, unit.estimated, stopped)
-        return samples, DecodedPiece(0, len(samples), None, note, truncated, read.sha256, read.size)
+        length = samples.shape[-1]
+        note, truncated = length_note(unit.duration_s, length / TARGET_SAMPLE_RATE, unit.estimated, stopped)
+        return samples, DecodedPiece(0, length, None, note, truncated, read.sha256, read.size, reading)
 
     def _stream(self, unit_id: str) -> WindowStream:
         with self._streams_lock:
@@ -159,7 +169,7 @@ class FlightSource:
             self.measured(unit.unit_id, unit.listed.token(), stream.decoded)
             note = ""
         return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
-                                     read.size if planned.window == stream.staged_by else 0)
+                                     read.size if planned.window == stream.staged_by else 0, _unread(unit, LONG_UNIT))
 
     def start(self, flight_ids: list[str]) -> None:
         """Begin loading these flights now, one after another on a background thread: the GPU step starts its first
@@ -181,10 +191,10 @@ class FlightSource:
             decoded = list(pool.map(work, planned))
         parts, pieces, offset = [], {}, 0
         for piece, (samples, result) in zip(planned, decoded, strict=True):
-            if samples is not None:
+            if samples is not None:  # read by channel: (channels, samples), each channel after the other
                 result = dataclasses.replace(result, offset_samples=offset)
-                parts.append(samples)
-                offset += len(samples)
+                parts.extend(samples if samples.ndim == 2 else [samples])
+                offset += samples.size
             pieces[piece.piece] = result
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         return FlightAudio(flight_id, audio, pieces)
@@ -217,6 +227,11 @@ def _decode_within(path: str, suffix: str, spec: WindowSpec) -> tuple[np.ndarray
     return (None if total > limit else samples), total, stopped[0] if stopped else ""
 
 
+def _unread(unit: UnitSource, why: str) -> ChannelReading:
+    """A unit decoded mixed whatever its mode: a long unit's windows, a stream whose length is unstated."""
+    return ChannelReading(unit.channels, False, why if unit.channels > 1 else unit.mode_source)
+
+
 def _past_limit(samples: int) -> bool:
     """Longer than the safety limit (`MAX_RECORDING_SECONDS`): never measured, so never planned again."""
     return samples > MAX_RECORDING_SECONDS * TARGET_SAMPLE_RATE
@@ -231,15 +246,18 @@ def flight_source(plan: pl.DataFrame, manifest: pl.DataFrame, filesystem: Callab
                   workers: int = 1, latency_s: float = 0.0, tmp_dir: str | None = None,
                   load: pl.DataFrame | None = None, retries: RetryPolicy = DEFAULT_RETRIES,
                   spec: WindowSpec = DEFAULT_SPEC,
-                  measured: Callable[[str, str, int], None] = lambda *_: None) -> FlightSource:
+                  measured: Callable[[str, str, int], None] = lambda *_: None,
+                  modes: dict[str, tuple[str, str]] | None = None) -> FlightSource:
     """The `FlightSource` of a partition's plan rows (`prepared_flights`, class ok) and its manifest
     (`fetched_audio`), loading the rows of `load` (default: all of `plan`). `plan` holds every window of a windowed
     unit, its committed windows too: the unit's layout and window count come from them (a resumed unit's stream
-    still starts at its first window); `spec` and `measured`: as `FlightSource` takes them."""
-    load = plan if load is None else load
+    still starts at its first window); `spec` and `measured`: as `FlightSource` takes them; `modes`: each unit's
+    channel mode and what chose it (`source/channels.py`; a unit not in it is mixed down)."""
+    load, modes = plan if load is None else load, modes or {}
     units = {row["unit_id"]: UnitSource(row["unit_id"], row["source_uri"], row["relative_key"],
                                         ObjectVersion.of_row(row), float(row["duration_s"]),
-                                        bool(row.get("duration_estimated")))
+                                        bool(row.get("duration_estimated")), int(row.get("channels") or 1),
+                                        *modes.get(row["unit_id"], (MIX, "setting")))
              for row in manifest.filter(pl.col("unit_id").is_in(load["unit_id"].unique().to_list()))
              .iter_rows(named=True)}
     windowed = plan.filter(pl.col("window").is_not_null()).sort("unit_id", "window")

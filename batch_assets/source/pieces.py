@@ -1,6 +1,6 @@
 """What the GPU step's flights are made of, as `flight_audio.py` reads them: a unit as listed, a plan row (a unit or
-one window of a long unit), and how each decoded (its samples' place, or the class and reason it has none). No
-Dagster.
+one window of a long unit), and how each decoded (its samples' place, or the class and reason it has none; how its
+channels were read). No Dagster.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 
 from batch_assets.long_units.windows import piece_id
 from batch_assets.schema.results import ResultClass, truncation
+from batch_assets.source.channels import MIX, ChannelReading
 from batch_assets.source.fetch import ChangedSinceListed, FetchError
 from batch_assets.source.identity import ObjectVersion
 
@@ -28,6 +29,9 @@ class UnitSource:
     listed: ObjectVersion
     duration_s: float
     estimated: bool = False  # the container stated no exact length: `duration_s` is the listing's estimate
+    channels: int = 1  # as listed (the header's)
+    mode: str = MIX  # how its channels are to be read (`source/channels.py`), and what chose it
+    mode_source: str = "setting"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,8 @@ class DecodedPiece:
     truncated: bool = False
     sha256: str | None = None  # of the object (a windowed unit: on each window)
     bytes_read: int = 0
+    reading: ChannelReading | None = None  # how its channels were read: by channel, the flight's audio holds each
+    # channel's `num_samples` one after another from `offset_samples`
 
 
 @dataclasses.dataclass

@@ -27,7 +27,8 @@ only when all of it is what the resumed step would use:
 - the versions of torch, NeMo and pyannote.audio (`RESULT_LIBRARIES`, from their metadata); and the NeMo fixes a
   GPU step could not install (`gpu/adapters/nemo_adapter.py`: its NeMo's source was not the one they were written
   for): a commit that records one counts for its own run only, never reused by another;
-- the result-changing switches (kinds "numbers" and "approximate", `switches.py`) and the word-confidence setting.
+- the result-changing switches (kinds "numbers", "approximate" and "path", `switches.py`) and the word-confidence
+  setting.
 The exact levers are not part of it: they change no result (the exact gate proves it), so a resume with one
 switched off reuses every commit.
 """
@@ -51,7 +52,7 @@ from batch_assets.ingest.unit_language import DETECTED
 from batch_assets.models.identity import ModelIdentity, model_identity
 from batch_assets.switches import SWITCHES
 
-RESULT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind in ("numbers", "approximate"))
+RESULT_SWITCHES = tuple(s.name for s in SWITCHES if s.kind in ("numbers", "approximate", "path"))
 
 
 def schema_version() -> str:

@@ -26,7 +26,7 @@ VAD_UNITS_SCHEMA = {
 }
 REGIONS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64}
 TURNS_SCHEMA = {"unit_id": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "speaker": pl.String,
-                "exclusive": pl.Boolean}
+                "exclusive": pl.Boolean, "channel": pl.Int64}
 SPEAKERS_SCHEMA = {
     "unit_id": pl.String, "speaker": pl.String, "speech_s": pl.Float64, "embedding": pl.List(pl.Float32),
     "segmentation": pl.String, "embedding_path": pl.String,
@@ -36,16 +36,18 @@ TRANSCRIPT_UNITS_SCHEMA = {
     "duration_s": pl.Float64, "declared_duration_s": pl.Float64, "speech_s": pl.Float64, "num_speakers": pl.Int64,
     "num_words": pl.Int64, "text": pl.String, "hint_num_speakers": pl.Int64, "hint_min_speakers": pl.Int64,
     "hint_max_speakers": pl.Int64, "hint_source": pl.String, "language": pl.String, "language_source": pl.String,
-    "language_confidence": pl.Float64, "asr_model": pl.String, "sha256": pl.String,
+    "language_confidence": pl.Float64, "asr_model": pl.String, "sha256": pl.String, "channels": pl.Int64,
+    "channel_reading": pl.String, "channel_source": pl.String, "channel_lead": pl.Float64,
 }
+CHANNEL_COLUMNS = ("channels", "channel_reading", "channel_source", "channel_lead")
 LANGUAGE_COLUMNS = ("language", "language_source", "language_confidence", "asr_model")
 WORDS_SCHEMA = {
     "unit_id": pl.String, "segment_index": pl.Int64, "word_index": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64,
-    "word": pl.String, "speaker": pl.String, "score": pl.Float64,
+    "word": pl.String, "speaker": pl.String, "score": pl.Float64, "channel": pl.Int64,
 }
 SEGMENTS_SCHEMA = {
     "unit_id": pl.String, "segment_index": pl.Int64, "speaker": pl.String, "start_s": pl.Float64, "end_s": pl.Float64,
-    "text": pl.String, "num_words": pl.Int64,
+    "text": pl.String, "num_words": pl.Int64, "channel": pl.Int64,
 }
 
 
@@ -74,8 +76,8 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
         if d is None:
             continue
         for exclusive, source in ((False, d.turns), (True, d.exclusive_turns)):
-            turns.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e, "speaker": label, "exclusive": exclusive}
-                         for s, e, label in source)
+            turns.extend({"unit_id": o.unit_id, "start_s": s, "end_s": e, "speaker": label, "exclusive": exclusive,
+                          "channel": o.channel_of.get(label)} for s, e, label in source)
         for label in sorted({t[2] for t in d.turns}):
             speech = sum(e - s for s, e, lab in d.turns if lab == label)
             embedding = d.embeddings.get(label)
@@ -91,8 +93,17 @@ OUTCOMES_SCHEMA = {  # the section's per-unit result, as a flight commit stores 
     "unit_id": pl.String, "flight_id": pl.String, "duration_s": pl.Float64, "result_class": pl.String,
     "reason": pl.String, "speech_s": pl.Float64, "num_speakers": pl.Int64, "num_words": pl.Int64, "text": pl.String,
     "language": pl.String, "language_source": pl.String, "language_confidence": pl.Float64, "asr_model": pl.String,
-    "sha256": pl.String,
+    "sha256": pl.String, "channels": pl.Int64, "channel_reading": pl.String, "channel_source": pl.String,
+    "channel_lead": pl.Float64,
 }
+
+
+def _channel_columns(reading) -> dict:
+    """The units table's channel columns of a `source/channels.py: ChannelReading` (None: not read)."""
+    if reading is None:
+        return dict.fromkeys(CHANNEL_COLUMNS)
+    return {"channels": reading.channels, "channel_reading": "mono" if reading.channels == 1 else reading.reading,
+            "channel_source": None if reading.channels == 1 else reading.source, "channel_lead": reading.lead}
 
 
 def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -108,10 +119,11 @@ def outcome_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.DataFr
             "num_speakers": len({t[2] for t in o.diarization.turns}) if o.diarization else (0 if o.vad else None),
             "num_words": len(unit_words), "text": word_separator(o.language).join(w.word for w in unit_words),
             "sha256": o.sha256,
-        } | {key: getattr(o, key) for key in LANGUAGE_COLUMNS})
+        } | {key: getattr(o, key) for key in LANGUAGE_COLUMNS} | _channel_columns(o.channel_reading))
         if transcribed:
             words.extend({"unit_id": o.unit_id, "segment_index": seg, "word_index": i, "start_s": w.start_s,
-                          "end_s": w.end_s, "word": w.word, "speaker": spk, "score": w.score}
+                          "end_s": w.end_s, "word": w.word, "speaker": spk, "score": w.score,
+                          "channel": o.channel_of.get(spk)}
                          for i, ((w, spk), seg) in enumerate(zip(o.words, segment_indices([s for _, s in o.words]),
                                                                  strict=True)))
     return pl.DataFrame(rows, schema=OUTCOMES_SCHEMA), pl.DataFrame(words, schema=WORDS_SCHEMA)
@@ -134,7 +146,7 @@ def segments_table(words: pl.DataFrame, unspaced: Iterable[str] = ()) -> pl.Data
     return (words.group_by("unit_id", "segment_index", maintain_order=True)
             .agg(pl.col("speaker").first(), pl.col("start_s").first(), pl.col("end_s").last(),
                  pl.col("word").str.join(" ").alias("text"), pl.col("word").str.join("").alias("_unspaced"),
-                 pl.len().cast(pl.Int64).alias("num_words"))
+                 pl.len().cast(pl.Int64).alias("num_words"), pl.col("channel").first())
             .with_columns(pl.when(pl.col("unit_id").is_in(unspaced)).then(pl.col("_unspaced"))
                           .otherwise(pl.col("text")).alias("text"))
             .select(list(SEGMENTS_SCHEMA)).cast(SEGMENTS_SCHEMA))
@@ -164,6 +176,7 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
     for row in manifest.iter_rows(named=True):
         uid = row["unit_id"]
         base = {"unit_id": uid, "source_uri": row["source_uri"], "duration_s": row["duration_s"],
+                "channels": row.get("channels"),
                 "declared_duration_s": row["duration_s"], "speech_s": None, "num_speakers": None, "num_words": 0,
                 "text": ""}
         note = row.get("hint_problem")
@@ -185,7 +198,8 @@ def transcript_tables(manifest: pl.DataFrame, plan: pl.DataFrame, outcomes: pl.D
         diarized = o["speech_s"] is not None and o["result_class"] != ResultClass.SILENT  # the hints reached
         # diarization
         units.append(base | {key: o[key] for key in ("duration_s", "speech_s", "num_speakers", "num_words", "text",
-                                                     "sha256", *LANGUAGE_COLUMNS)}
+                                                     "sha256", *LANGUAGE_COLUMNS, *CHANNEL_COLUMNS)
+                                if o[key] is not None or key != "channels"}
                      | (_hint_columns(hints.get(uid, UNHINTED)) if diarized else {})
                      | {"result_class": result_class, "reason": reason})
     rank = {uid: i for i, uid in enumerate(manifest["unit_id"])}

@@ -1,6 +1,7 @@
 """What happens to one flight inside the GPU section: VAD -> language -> diarization -> ASR -> speaker attribution.
 
-Each unit is processed on its own slice of the flight's audio. A unit with no speech is `silent` and
+Each unit is processed on its own slice of the flight's audio; a unit read channel by channel (`channels.py`) as a
+piece per channel, merged back into the unit before its commit. A unit with no speech is `silent` and
 gets no words, by construction. A unit with speech gets its language: declared (sidecar, run config) or
 detected (`gpu/section/routing.py`, `gpu/asr/language_id.py`); a language the routing has no ASR model for makes it
 `unsupported_language` (no diarization, no words). ASR runs once per ASR model among the flight's units, each
@@ -44,14 +45,17 @@ from batch_assets.gpu.diarization.precompute import precompute_units
 from batch_assets.gpu.diarization.vad import FlightVad, VadResult, vad_flight
 from batch_assets.gpu.section.asr_flight import transcribe_flight
 from batch_assets.gpu.section.attribution import attribute_speakers
+from batch_assets.gpu.section.channels import Separated, channel_diarization, channel_piece, merge
 from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.routing import resolve_languages
 from batch_assets.gpu.section.stats import SectionStats
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.ingest.unit_channels import MIXED_DOWN, UnitChannels
 from batch_assets.ingest.unit_language import DETECT, DeclaredLanguage
 from batch_assets.long_units.windows import piece_id
 from batch_assets.schema.results import SILENT_REASON, ResultClass
+from batch_assets.source.channels import ChannelReading
 from batch_assets.source.pieces import DecodedPiece
 
 SAMPLE_RATE = 16_000
@@ -69,6 +73,7 @@ class SectionUnit:
     window: int | None = None
     speaker_hints: SpeakerHints = NO_HINTS
     language: DeclaredLanguage = DETECT
+    channels: UnitChannels = MIXED_DOWN  # how its channels are read (a mode; the channels' speakers)
 
 
 @dataclasses.dataclass
@@ -86,6 +91,8 @@ class UnitOutcome:
     language_confidence: float | None = None  # the LID model's probability (detected only)
     asr_model: str | None = None  # the ASR model the routing gave the unit's language
     sha256: str | None = None  # of the unit's object, as the step read it
+    channel_reading: ChannelReading | None = None  # how its channels were read (`source/channels.py`)
+    channel_of: dict[str, int] = dataclasses.field(default_factory=dict)  # read by channel: each speaker's channel
 
 
 @dataclasses.dataclass
@@ -98,6 +105,7 @@ class DeviceDone:
     # units whose diarization call is still to run, its forwards done: (call, file, hints)
     calls: dict[str, tuple[DiarizationCall, dict, SpeakerHints]] = dataclasses.field(default_factory=dict)
     decoded: dict[str, DecodedPiece] = dataclasses.field(default_factory=dict)  # how each piece decoded
+    separated: dict[str, Separated] = dataclasses.field(default_factory=dict)  # units read channel by channel
 
 
 def process_flight(models: LoadedModels, flight_id: str, audio: np.ndarray, units: list[SectionUnit], levers: Levers,
@@ -117,7 +125,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     waveforms: dict[str, np.ndarray] = {}
     hints: dict[str, SpeakerHints] = {}
     declared: dict[str, DeclaredLanguage] = {}
-    decoded = decoded or {}
+    decoded, separated = decoded or {}, {}
     for unit in units:
         uid = piece_id(unit.unit_id, unit.window)  # a window of a long unit is processed as a unit of its own
         if (piece := decoded.get(uid)) is not None:
@@ -129,9 +137,19 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         if unit.language.error:  # a sidecar's bad language code: this unit fails, nothing else is affected
             outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, unit.language.error[:500]
             continue
+        if piece is not None and piece.reading is not None and piece.reading.separate:  # each channel a piece
+            separated[uid] = _separate(uid, unit, piece.reading)
+            for channel, sub in enumerate(separated[uid].pieces):
+                outcomes[sub] = UnitOutcome(sub, flight_id, unit.num_samples / SAMPLE_RATE, ResultClass.TRANSCRIBED)
+                start = unit.offset_samples + channel * unit.num_samples
+                waveforms[sub] = audio[start : start + unit.num_samples]
+                diarized = channel in separated[uid].diarized
+                hints[sub], declared[sub] = unit.speaker_hints if diarized else NO_HINTS, unit.language
+            del outcomes[uid]
+            continue
         waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
         hints[uid], declared[uid] = unit.speaker_hints, unit.language
-    done = DeviceDone(flight_id, outcomes, decoded=decoded)
+    done = DeviceDone(flight_id, outcomes, decoded=decoded, separated=separated)
     # matmul precision where each model runs: pyannote's full float32, the NeMo models' (LID, ASR) `tf32_enabled`
     with matmul_precision(models.device, False):
         found = vad_flight(models.diarization, waveforms, levers.batch_across_units_enabled,
@@ -139,10 +157,12 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     vad_speech = _book_vad(found, outcomes, stats)
     with matmul_precision(models.device, levers.tf32_enabled):
         speech = resolve_languages(models, waveforms, outcomes, declared, vad_speech, stats)
+    solo = _solo_channels(separated, speech, outcomes)
+    diarize = [uid for uid in speech if uid not in solo]
     reuse = levers.vad_segmentation_reuse_enabled
     calls = {uid: DiarizationCall(**levers.embedding_options(), vad_scores=outcomes[uid].vad.scores if reuse else None)
-             for uid in speech}
-    files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in speech}
+             for uid in diarize}
+    files = {uid: diarization_file(waveforms[uid], uid, calls[uid]) for uid in diarize}
     before = models.segmentation_forwards[0]
     with matmul_precision(models.device, False):
         if levers.batch_across_units_enabled or levers.host_overlap_enabled:  # the calls' forwards now, calls later
@@ -152,9 +172,9 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
             for uid, reason in forwards.failed.items():
                 outcomes[uid].result_class, outcomes[uid].reason = ResultClass.FAILED, reason
             done.calls = {uid: (calls[uid], files[uid], hints[uid])
-                          for uid in speech if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
+                          for uid in diarize if outcomes[uid].result_class is ResultClass.TRANSCRIBED}
         else:  # each call whole, now
-            diarized = diarize_units(models.diarization, {uid: (calls[uid], files[uid], hints[uid]) for uid in speech})
+            diarized = diarize_units(models.diarization, {uid: (calls[uid], files[uid], hints[uid]) for uid in diarize})
             _book_diarization(diarized, outcomes, stats)
     stats.segmentation_forwards["diarization"] += models.segmentation_forwards[0] - before
 
@@ -194,16 +214,37 @@ def host_work(models: LoadedModels, done: DeviceDone, stats: SectionStats) -> li
         )
         outcome.words = list(zip(unit_words, speakers, strict=True))
     stats.add("attribution", 0.0, time.perf_counter() - started)
+    for uid, separated in done.separated.items():
+        outcomes[uid] = merge(UnitOutcome(uid, done.flight_id, 0.0, ResultClass.SILENT), separated, outcomes)
     for uid, piece in done.decoded.items():
         if piece.problem is None and uid in outcomes:
             _book_decoded(outcomes[uid], piece)
     return list(outcomes.values())
 
 
+def _separate(uid: str, unit: SectionUnit, reading: ChannelReading) -> Separated:
+    """How a unit read channel by channel is processed: a piece per channel, its speakers, its diarized channels."""
+    return Separated(tuple(channel_piece(uid, c) for c in range(reading.channels)), reading,
+                     tuple(unit.channels.speaker(c) for c in range(reading.channels)),
+                     frozenset(unit.channels.diarized))
+
+
+def _solo_channels(separated: dict[str, Separated], speech: list[str], outcomes: dict[str, UnitOutcome]) -> set[str]:
+    """The channel pieces with speech that hold one party: their turns are their speech (not diarized)."""
+    solo = set()
+    for unit in separated.values():
+        for piece in unit.pieces:
+            if piece in speech and (speaker := unit.solo(piece)) is not None:
+                outcomes[piece].diarization = channel_diarization(outcomes[piece].vad.regions, speaker)
+                solo.add(piece)
+    return solo
+
+
 def _book_decoded(outcome: UnitOutcome, piece: DecodedPiece) -> None:
     """What decoding says of a processed unit: its sha256, and a length other than listed (a truncated unit that was
     transcribed or silent is `truncated`)."""
     outcome.sha256 = piece.sha256
+    outcome.channel_reading = outcome.channel_reading or piece.reading
     if not piece.note:
         return
     if piece.truncated and outcome.result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):

@@ -23,6 +23,7 @@ class Levers:
     tf32_enabled: bool = False
     embedding_trunk_blocks_enabled: bool = False
     embedding_skip_covered_enabled: bool = False
+    channel_reading_enabled: bool = True
     decode_budget_seconds: float = 1800.0
     prepare_workers: int = 2
     fetch_workers: int = 8

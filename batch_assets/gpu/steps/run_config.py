@@ -1,8 +1,8 @@
 """The GPU section's run config: what the launchpad shows under `ops.gpu_section.config`, and each step's part.
 
-The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the language, the
-`units` of a rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once for the
-graph and mapped to its five ops (`gpu_section_config`).
+The levers' fields come from the switch registry (`switches.py`); the speaker-count hints, the language, the channel
+choice, the `units` of a rerun, the shard size, the lease wait, the degrade guard and speaker linking are set once
+for the graph and mapped to its five ops (`gpu_section_config`).
 """
 
 import dataclasses
@@ -13,6 +13,7 @@ from pydantic import Field
 
 from batch_assets.ingest.flights import DECODE_BUDGET_S
 from batch_assets.ingest.speaker_hints import AppliedHints, HintError, SpeakerHints, unit_hints
+from batch_assets.ingest.unit_channels import RUN_CONFIG, SETTING, ChannelChoiceError, UnitChannels, unit_channels
 from batch_assets.ingest.unit_language import DeclaredLanguage, unit_language
 from batch_assets.long_units.windows import LINK_THRESHOLD
 from batch_assets.models.languages import AUTO, LanguageError, run_language
@@ -38,6 +39,7 @@ class ResultSwitchConfig(dg.Config):
     tf32_enabled: bool = _switch_field("tf32_enabled")
     embedding_trunk_blocks_enabled: bool = _switch_field("embedding_trunk_blocks_enabled")
     embedding_skip_covered_enabled: bool = _switch_field("embedding_skip_covered_enabled")
+    channel_reading_enabled: bool = _switch_field("channel_reading_enabled")
 
 
 class ExactLeverConfig(dg.Config):
@@ -85,6 +87,34 @@ def unit_speaker_hints(manifest: pl.DataFrame, hints: SpeakerHints) -> dict[str,
     return {row["unit_id"]: unit_hints(hints, row) for row in manifest.iter_rows(named=True)}
 
 
+class ChannelConfig(dg.Config):
+    """How every unit without a sidecar choice reads its channels (`ingest/unit_channels.py`)."""
+
+    channels: str | None = Field(default=None, description="auto (a two-channel call channel by channel, one mix "
+                                 "mixed), mix or separate; null: the setting BATCH_ASSETS_CHANNELS")
+    channel_speakers: list[str] = Field(default=[], description="Each channel's speaker, from channel 0 (default "
+                                        "CHANNEL_0, CHANNEL_1, ...)")
+    diarized_channels: list[int] = Field(default=[], description="Channels holding several parties (a conference "
+                                         "bridge), diarized within the channel")
+
+
+def run_channels(config: ChannelConfig) -> UnitChannels:
+    """The run's channel choice; a bad one fails the step at once, naming the field."""
+    try:
+        mode = config.channels or current_settings().channels
+        return UnitChannels(mode, SETTING if config.channels is None else RUN_CONFIG, tuple(config.channel_speakers),
+                            tuple(config.diarized_channels))
+    except ChannelChoiceError as error:
+        raise dg.Failure(f"channels in the run config: {error} (ops.gpu_section.config)", allow_retries=False) from None
+
+
+def unit_channel_choices(manifest: pl.DataFrame, config) -> dict[str, UnitChannels]:
+    """Each unit's channel choice (its sidecar's over the run's; all mixed with `channel_reading_enabled` off)."""
+    run = run_channels(config)
+    return {row["unit_id"]: unit_channels(run, row, config.channel_reading_enabled)
+            for row in manifest.iter_rows(named=True)}
+
+
 def units_field():
     return Field(default=[], description="Rerun only these units of the partition (unit_id or relative key); the other "
                  "units keep their rows. Empty: the whole partition, replaced.")
@@ -122,21 +152,24 @@ def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, Declare
 
 
 def unit_inputs(manifest: pl.DataFrame, config, routing: dict[str, str]) -> dict[str, list]:
-    """What the run config gives each unit that its results depend on: its speaker hints' values and its declared
-    language (code, source, error). Part of its flight's fingerprint (`gpu/steps/resume.py`): a re-execution with
-    other hints or another language redoes the flights whose units they change, and only those."""
+    """What the run config gives each unit that its results depend on: its speaker hints' values, its declared
+    language (code, source, error) and its channel choice. Part of its flight's fingerprint (`gpu/steps/resume.py`):
+    a re-execution with other hints, another language or other channel choices redoes the flights whose units they
+    change, and only those."""
     hints = unit_speaker_hints(manifest, run_hints(config))
     languages = unit_languages(manifest, checked_run_language(config, routing))
-    return {uid: [list(dataclasses.astuple(hints[uid].hints)), list(dataclasses.astuple(languages[uid]))]
-            for uid in hints}
+    channels = unit_channel_choices(manifest, config)
+    return {uid: [list(dataclasses.astuple(hints[uid].hints)), list(dataclasses.astuple(languages[uid])),
+                  [channels[uid].mode, list(channels[uid].speakers), list(channels[uid].diarized)]] for uid in hints}
 
 
 class LeaseConfig(dg.Config):
     lease_wait_seconds: float = lease_wait_field()
 
 
-class ShardConfig(LeverConfig, HintsConfig, LanguageConfig, LeaseConfig):
-    """A shard or leftover step's config: the levers, the run's speaker hints and language, the lease wait."""
+class ShardConfig(LeverConfig, HintsConfig, LanguageConfig, ChannelConfig, LeaseConfig):
+    """A shard or leftover step's config: the levers, the run's speaker hints, language and channel choice, the lease
+    wait."""
 
 
 class LinkConfig(dg.Config):
@@ -146,7 +179,8 @@ class LinkConfig(dg.Config):
         "are one voice (`batch_assets/long_units/windows.py`)")
 
 
-class AssembleConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, DegradeConfig, LinkConfig, LeaseConfig):
+class AssembleConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, ChannelConfig, DegradeConfig, LinkConfig,
+                     LeaseConfig):
     """The assembly's config: the result-changing switches, hints and language (which commits it may assemble; the
     hints also give the units table's hint columns and the stitching), the `units` of a rerun, the degrade guard,
     speaker linking, the lease wait."""
@@ -154,7 +188,7 @@ class AssembleConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, DegradeCon
     units: list[str] = units_field()
 
 
-class ListConfig(ResultSwitchConfig, HintsConfig, LanguageConfig):
+class ListConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, ChannelConfig):
     """The leftover listing's config: the result-changing switches, hints and language (which commits are valid),
     the `units` of a rerun and the shard size (leftovers grouped by shard)."""
 
@@ -186,11 +220,15 @@ class GpuSectionConfig(LeverConfig, PlanConfig, DegradeConfig, LinkConfig):
           tf32_enabled: false               # changes numbers: on only where the gate passes
           embedding_trunk_blocks_enabled: false   # approximate: on only where the approximate gate passes
           embedding_skip_covered_enabled: false   # approximate: on only where the approximate gate passes
+          channel_reading_enabled: true     # off: every unit mixed down and diarized
           shard_audio_seconds: 90000        # one GPU step per 25 audio-hours
           units: []                         # or ["calls/2026/support_call.flac"]: rerun only these
           allow_degrade: false              # true: publish even if most transcribed units would become failed
           num_speakers: null                # or min_speakers / max_speakers: hints for every unit without a sidecar
           language: auto                    # or an ISO 639-1 code: every unit without a sidecar language
+          channels: null                    # auto, mix or separate (null: BATCH_ASSETS_CHANNELS, default auto)
+          channel_speakers: []              # or ["agent", "caller"]: channel 0's speaker, channel 1's
+          diarized_channels: []             # or [1]: channel 1 holds several parties, diarized within it
           speaker_link_threshold: 0.7       # a windowed unit's speakers this close across windows are one voice
     ```
     """

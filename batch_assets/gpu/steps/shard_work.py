@@ -31,6 +31,7 @@ from batch_assets.gpu.steps.run_config import (
     ShardConfig,
     checked_run_language,
     run_hints,
+    unit_channel_choices,
     unit_inputs,
     unit_languages,
     unit_speaker_hints,
@@ -40,6 +41,7 @@ from batch_assets.gpu.steps.stop_requests import StopRequests
 from batch_assets.ingest.manifest import read_manifest
 from batch_assets.ingest.measured_lengths import CurrentPlan, MeasuredLength, current_plan, record_measured
 from batch_assets.ingest.speaker_hints import UNHINTED
+from batch_assets.ingest.unit_channels import MIXED_DOWN
 from batch_assets.ingest.unit_language import DETECT
 from batch_assets.long_units.windows import window_hints
 from batch_assets.orchestration.dead_runs import record_process_identity
@@ -164,13 +166,14 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
         ok = ok.filter(pl.col("unit_id").is_in(report.units))
     hints = unit_speaker_hints(manifest, run_hints(config))
     languages = unit_languages(manifest, checked_run_language(config, gpu.routing()))
+    channels = unit_channel_choices(manifest, config)
     units_by_flight: dict[str, list[SectionUnit]] = collections.defaultdict(list)
     for row in ok.iter_rows(named=True):
         unit_hints_ = hints.get(row["unit_id"], UNHINTED).hints
         units_by_flight[row["flight_id"]].append(SectionUnit(
             row["unit_id"], row["offset_samples"], row["num_samples"], row.get("window"),
             unit_hints_ if row.get("window") is None else window_hints(unit_hints_),
-            languages.get(row["unit_id"], DETECT)))
+            languages.get(row["unit_id"], DETECT), channels.get(row["unit_id"], MIXED_DOWN)))
     levers = Levers(**switches, decode_budget_seconds=config.decode_budget_seconds,
                     prepare_workers=config.prepare_workers, fetch_workers=config.fetch_workers,
                     asr_batch_size=gpu.asr_batch_size)
@@ -184,7 +187,8 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
 
     source = flight_source(plan, manifest, storage.filesystem, levers.unit_fetch_workers,
                            storage.simulated_latency_per_unit_s, current_settings().tmp_dir, load=ok,
-                           retries=retries_of_run(context.run.run_config), spec=current.spec, measured=measured)
+                           retries=retries_of_run(context.run.run_config), spec=current.spec, measured=measured,
+                           modes={uid: (choice.mode, choice.source) for uid, choice in channels.items()})
     if levers.prepare_flight_enabled:
         source.start(pending[:1])  # lever 1: the first flight fetched and decoded while the models load
     with contextlib.closing(source):  # a flight started early and a windowed unit's stream the section left

@@ -1,0 +1,141 @@
+"""A unit read channel by channel (`source/channels.py`): each channel a piece of the flight, merged back into the unit.
+
+Why: each party of a call on its own channel says who spoke; diarization of the mix only guesses it, and cross-talk
+merges the parties' words. The section processes each channel of such a unit as a piece of its own
+(`{unit}.ch{channel}`): VAD, language and ASR on it; a channel that holds one party is not diarized (its speech
+regions are its speaker's turns: the unit's sidecar or run config names them, else `CHANNEL_0`, `CHANNEL_1`, ...), a
+channel named in `diarized_channels` (a conference bridge) is diarized within itself (its speakers
+`{channel speaker}_{label}`). `merge` makes the pieces one unit again, before its commit: turns of every channel by
+start time, overlapping speech kept on both sides; each channel's words cut into segments at its turns, the segments
+ordered by start time (a reply that starts before the other party stops follows it as a segment of its own); the
+unit's class from its channels' (one failed channel fails the unit, with the reason; else transcribed if any channel
+is); its language the one of the channel with the most speech (another channel's in the reason). No Dagster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from batch_assets.gpu.diarization.pipeline import DiarizationResult
+from batch_assets.gpu.diarization.vad import VadResult
+from batch_assets.gpu.section.attribution import attribute_speakers
+from batch_assets.schema.results import SILENT_REASON, ResultClass
+from batch_assets.source.channels import ChannelReading
+
+CHANNEL_REUSE = "channel"  # `diarization/speakers.segmentation` of a channel's speaker: its speech, not diarized
+
+
+def channel_piece(unit_piece: str, channel: int) -> str:
+    return f"{unit_piece}.ch{channel}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Separated:
+    """A unit read channel by channel in this flight: its channel pieces (in channel order), how it was read, each
+    channel's speaker name and the channels diarized within themselves."""
+
+    pieces: tuple[str, ...]
+    reading: ChannelReading
+    speakers: tuple[str, ...]
+    diarized: frozenset[int] = frozenset()
+
+    def solo(self, piece: str) -> str | None:
+        """The speaker of a one-party channel piece (None: a diarized channel)."""
+        channel = self.pieces.index(piece)
+        return None if channel in self.diarized else self.speakers[channel]
+
+
+def channel_diarization(regions: list[tuple[float, float]], speaker: str) -> DiarizationResult:
+    """A one-party channel's turns: its speech regions, its speaker's (nothing is diarized)."""
+    turns = [(float(s), float(e), speaker) for s, e in regions]
+    return DiarizationResult(turns, list(turns), {}, CHANNEL_REUSE)
+
+
+def _named(result: DiarizationResult, speaker: str) -> DiarizationResult:
+    """A diarized channel's result with its labels under the channel's speaker name."""
+    name = lambda label: f"{speaker}_{label}"  # noqa: E731
+    return dataclasses.replace(result, turns=[(s, e, name(lab)) for s, e, lab in result.turns],
+                               exclusive_turns=[(s, e, name(lab)) for s, e, lab in result.exclusive_turns],
+                               embeddings={name(lab): v for lab, v in result.embeddings.items()})
+
+
+def _segments(words: list, turns: list[tuple[float, float, str]], channel: int) -> list[tuple[float, int, list]]:
+    """(start, channel, words) of each run of a channel's words within one turn."""
+    if not words:
+        return []
+    order = sorted(words, key=lambda pair: pair[0].start_s)
+    index = attribute_speakers(np.array([w.start_s for w, _ in order]), np.array([w.end_s for w, _ in order]),
+                               [(s, e, str(i)) for i, (s, e, _) in enumerate(turns)])
+    runs: list[tuple[float, int, list]] = []
+    for pair, turn in zip(order, index, strict=True):
+        if not runs or runs[-1][3] != (turn, pair[1]):
+            runs.append((pair[0].start_s, channel, [], (turn, pair[1])))
+        runs[-1][2].append(pair)
+    return [(start, ch, run) for start, ch, run, _ in runs]
+
+
+def merge(merged, separated: Separated, outcomes: dict):
+    """`merged` (the unit's `flight.UnitOutcome`, fresh) made the unit's outcome from its channel pieces' (`outcomes`,
+    keyed by piece; they are removed from it)."""
+    parts = [outcomes.pop(piece) for piece in separated.pieces]
+    merged.duration_s, merged.channel_reading = max(p.duration_s for p in parts), separated.reading
+    merged.result_class, merged.reason = ResultClass.SILENT, SILENT_REASON
+    notes = [f"channel {c}: {p.reason}" for c, p in enumerate(parts)
+             if p.reason and p.result_class is not ResultClass.SILENT]
+    classes = [p.result_class for p in parts]
+    if ResultClass.FAILED in classes:
+        merged.result_class = ResultClass.FAILED
+    elif ResultClass.TRANSCRIBED in classes:
+        merged.result_class = ResultClass.TRANSCRIBED
+    elif any(c is not ResultClass.SILENT for c in classes):
+        merged.result_class = next(c for c in classes if c is not ResultClass.SILENT)
+    if merged.result_class is not ResultClass.SILENT:
+        merged.reason = "; ".join(notes)
+    if all(p.vad is not None for p in parts):
+        merged.vad = _merged_vad([p.vad for p in parts])
+    turns, exclusive, embeddings, segments = [], [], {}, []
+    for channel, part in enumerate(parts):
+        if part.diarization is None:
+            continue
+        speaker = separated.speakers[channel]
+        result = part.diarization if channel not in separated.diarized else _named(part.diarization, speaker)
+        merged.channel_of.update({label: channel for _, _, label in result.turns})
+        turns.extend(result.turns)
+        exclusive.extend(result.exclusive_turns)
+        embeddings.update(result.embeddings)
+        words = part.words if channel not in separated.diarized else [(w, f"{speaker}_{s}") for w, s in part.words]
+        segments.extend(_segments(words, result.exclusive_turns or result.turns, channel))
+        if merged.diarization is None or result.reuse != CHANNEL_REUSE:
+            merged.diarization = dataclasses.replace(result, turns=[], exclusive_turns=[], embeddings={})
+    if merged.diarization is not None:
+        merged.diarization.turns = sorted(turns)
+        merged.diarization.exclusive_turns = sorted(exclusive)
+        merged.diarization.embeddings = embeddings
+    merged.words = [pair for _, _, run in sorted(segments, key=lambda s: (s[0], s[1])) for pair in run]
+    spoken = [p for p in parts if p.language is not None]
+    if spoken:
+        lead = max(spoken, key=lambda p: p.vad.speech_s if p.vad else 0.0)
+        for key in ("language", "language_source", "language_confidence", "asr_model"):
+            setattr(merged, key, getattr(lead, key))
+        other = [f"channel {c}: {p.language}" for c, p in enumerate(parts)
+                 if p in spoken and p.language != lead.language]
+        merged.reason = "; ".join(r for r in (merged.reason, *other) if r)
+    return merged
+
+
+def _merged_vad(parts: list[VadResult]) -> VadResult:
+    """One VAD result of a unit's channels: the union of their speech regions; their scores side by side (each
+    channel's local speakers, channel after channel: `vad_scores/units.local_speakers` counts them all)."""
+    first = parts[0].scores
+    chunks = min(p.scores.data.shape[0] for p in parts)
+    scores = type(first)(np.concatenate([p.scores.data[:chunks] for p in parts], axis=-1), first.sliding_window)
+    regions: list[list[float]] = []
+    for start, end in sorted(r for p in parts for r in p.regions):
+        if regions and start <= regions[-1][1]:
+            regions[-1][1] = max(regions[-1][1], end)
+        else:
+            regions.append([start, end])
+    return VadResult(scores, [(s, e) for s, e in regions], sum(p.device_s for p in parts),
+                     sum(p.forwards for p in parts))
