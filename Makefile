@@ -8,7 +8,7 @@ PARTITION ?= 2026-01-15
 export PYANNOTE_METRICS_ENABLED ?= false
 export DAGSTER_HOME ?= $(CURDIR)/dagster_home
 
-.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-streaming bench-backfill bench-shards bench-resume bench-signals bench-long-units
+.PHONY: setup lint run test test-fast dev sample-data train-asr train-asr-languages train-langid train-diarization train-segmentation-shaped bench-levers bench-levers-production-shaped bench-levers-gpu bench-languages bench-ingest bench-streaming bench-backfill bench-shards bench-resume bench-signals bench-long-units bench-channels
 setup:
 	@bash scripts/install.sh
 
@@ -121,3 +121,7 @@ bench-signals: setup
 # 0.5, 1, 2, 4 and 8 audio-hours as one unit each, builtin models on 2 CPU threads: about 40 minutes
 bench-long-units: setup
 	$(PY) benchmarks/long_units.py --out bench_out/long_units.json
+
+# two-channel calls read by channel against mixed and diarized (~3 minutes on 2 cores, tiny models)
+bench-channels: setup
+	$(PY) benchmarks/channels.py --json bench_out/channels.json

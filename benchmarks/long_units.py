@@ -12,6 +12,7 @@ unit each, one partition): the DER a long unit should stay within 2 points of.
     .venv/bin/python benchmarks/long_units.py                       # 0.5 1 2 4 8 h, builtin models, CPU, 2 threads
     .venv/bin/python benchmarks/long_units.py --hours 0.5 1 --out benchmarks/results/long_units.json
     .venv/bin/python benchmarks/long_units.py --hours 0.5 --levers exact "trunk blocks" "skip covered" approximate
+    .venv/bin/python benchmarks/long_units.py --hours 4 --two-channel --out benchmarks/results/long_units_2ch.json
 
 `--levers`: each case measured once per named set of approximate levers (`exact`: none; the default), so their
 DER on the long-recording path (windows, stitched speakers) reads against the exact run's.
@@ -31,13 +32,24 @@ import time
 PARTITION = "2026-03-01"
 
 
-def build(hours: float, folder: pathlib.Path, seed: int) -> None:
-    """Write one long recording and its truth (run in a process of its own: the whole recording is in memory)."""
+def build(hours: float, folder: pathlib.Path, seed: int, two_channel: bool = False) -> None:
+    """Write one long recording and its truth (run in a process of its own: the whole recording is in memory).
+    `two_channel`: as a call, each voice's turns on one channel (alice and carol on 0, bob and dave on 1), the truth
+    the channels' speakers (`CHANNEL_0`, `CHANNEL_1`: the unit is read by channel)."""
+    import numpy as np
     import soundfile as sf
 
     from batch_assets.long_units.long_audio import long_recording
 
     audio, turns = long_recording(hours * 3600, seed)
+    if two_channel:
+        voices = sorted({voice for _, _, voice in turns})
+        channel = {voice: i % 2 for i, voice in enumerate(voices)}
+        call = np.repeat(audio[:, None] * 0.05, 2, axis=1)  # the noise floor (and a faint echo) on both
+        for start, end, voice in turns:
+            span = slice(int(start * 16_000), int(end * 16_000))
+            call[span, channel[voice]] = audio[span]
+        audio, turns = call, [(start, end, f"CHANNEL_{channel[voice]}") for start, end, voice in turns]
     target = folder / "source" / PARTITION / "long" / f"recording_{hours:g}h.flac"
     target.parent.mkdir(parents=True, exist_ok=True)
     sf.write(target, audio, 16_000)
@@ -145,9 +157,11 @@ def main() -> None:
     parser.add_argument("--levers", nargs="+", choices=sorted(LEVERS), default=["exact"],
                         help="measure each case with these approximate levers on (exact: none), each on its own")
     parser.add_argument("--measure", metavar="FOLDER", help=argparse.SUPPRESS)
+    parser.add_argument("--two-channel", action="store_true",
+                        help="each recording a two-channel call, read by channel (no short-units case)")
     args = parser.parse_args()
     if args.build:
-        return build(float(args.build[0]), pathlib.Path(args.build[1]), args.seed)
+        return build(float(args.build[0]), pathlib.Path(args.build[1]), args.seed, args.two_channel)
     if args.build_short:
         return build_short(pathlib.Path(args.build_short))
     if args.measure:
@@ -155,13 +169,14 @@ def main() -> None:
         return None
     rows = []
     with tempfile.TemporaryDirectory(prefix="long-units-") as scratch:
-        cases = [("short units", None), *((f"{h:g} h", h) for h in args.hours)]
+        cases = [*([] if args.two_channel else [("short units", None)]), *((f"{h:g} h", h) for h in args.hours)]
         for label, hours in cases:
             folder = pathlib.Path(scratch) / label.replace(" ", "_")
             if hours is None:
                 _child("--build-short", str(folder))
             else:
-                _child("--build", str(hours), str(folder), "--seed", str(args.seed))
+                _child("--build", str(hours), str(folder), "--seed", str(args.seed),
+                       *(["--two-channel"] if args.two_channel else []))
             for levers in args.levers:
                 row = {"case": label, "levers": levers} | _child("--measure", str(folder), "--threads",
                                                                  str(args.threads), "--levers", levers)

@@ -6,18 +6,21 @@ channel and with the switch off (mixed and diarized), scored against the calls' 
 from __future__ import annotations
 
 import json
+import pathlib
 
-import jiwer
 import numpy as np
 import polars as pl
 import pytest
 import soundfile as sf
 
 from batch_assets.exports.formats import rttm, srt
+from batch_assets.gate.compare import gate
 from batch_assets.ingest.unit_channels import ChannelChoiceError, UnitChannels, sidecar_channels, unit_channels
+from batch_assets.long_units.long_audio import call_figures
 from batch_assets.source.channels import AUTO, LEAD_SHARE, MIX, SEPARATE, decide, lead_share
+from batch_assets.switches import EXACT_SWITCHES
 
-from .channel_calls import RATE, SAMPLE, script, two_channel_call, write_calls
+from .channel_calls import RATE, SAMPLE, call_of, write_calls, write_long_call
 from .conftest import make_resources, materialize_partition
 
 DAY = "2026-03-02"
@@ -25,7 +28,7 @@ DAY = "2026-03-02"
 
 @pytest.fixture(scope="module")
 def call() -> np.ndarray:
-    samples, _ = two_channel_call("calls/2026/support_call.flac", turns=6)
+    samples, _ = call_of(("calls/2026/support_call.flac",), turns=6)
     return samples.T
 
 
@@ -62,53 +65,49 @@ def test_the_choices_of_a_sidecar_the_run_and_the_switch():
             sidecar_channels(bad, "c.wav.json")
 
 
-def _scored(words: pl.DataFrame, turns: list) -> tuple[float, float]:
-    """(share of words on their channel's speaker, similarity to the script): each speaker label taken for the channel
-    most of its words were spoken on (a word's channel: whose turn holds its midpoint); similarity: each channel's
-    words in time order against its script (1 - character error rate), averaged."""
-    def heard_on(row) -> set[int]:
-        middle = (row["start_s"] + row["end_s"]) / 2
-        return {t.channel for t in turns if t.start_s - 0.3 <= middle <= t.end_s + 0.3}
-
-    rows = [(r["speaker"], heard_on(r), r) for r in words.iter_rows(named=True)]
-    votes: dict = {}
-    for speaker, channels, _ in rows:
-        for channel in channels:
-            votes.setdefault(speaker, {}).setdefault(channel, 0)
-            votes[speaker][channel] += 1
-    channel_of = {s: max(v, key=v.get) for s, v in votes.items()}
-    right = sum(channel_of.get(speaker) in channels for speaker, channels, _ in rows)
-    similarity = []
-    for channel in (0, 1):
-        said = sorted((r["start_s"], r["word"]) for speaker, _, r in rows if channel_of.get(speaker) == channel)
-        reference = script(turns, channel)
-        similarity.append(max(0.0, 1 - jiwer.cer(reference, " ".join(w for _, w in said) or "<empty>")))
-    return right / len(rows), float(np.mean(similarity))
-
-
 @pytest.mark.e2e
 def test_a_day_of_calls_is_heard_channel_by_channel_and_the_switch_mixes_it(tmp_path, lock_dir):
     """Default settings: both calls (16 kHz FLAC with a sidecar naming its parties, 8 kHz mu-law WAV) read by channel,
-    each word on its channel's speaker, no diarization; the one-mix file mixed and diarized (2 speakers). The same
-    day with `channel_reading_enabled` off: every unit mixed and diarized, for the figures (printed)."""
+    each word on its channel's speaker, no diarization; the one-mix file mixed and diarized (2 speakers); a call
+    longer than the window (60 s here) read by channel in windows, its channels' speakers kept whole. The same day
+    with every exact lever off: every published column the same (the exact gate); a rerun of the two calls with
+    `channel_reading_enabled` off: mixed and diarized, the other units' rows kept; the figures printed."""
     source = tmp_path / "source"
-    calls = write_calls(source / DAY)
+    calls = write_calls(source / DAY) | {"calls/long_call.flac": write_long_call(source / DAY)}
     sidecar = {"channel_speakers": ["agent", "caller"]}
     (source / DAY / "calls" / "support_call.flac.json").write_text(json.dumps(sidecar))
-    figures = {}
-    for enabled in (True, False):
-        resources = make_resources(tmp_path / f"storage-{enabled}", lock_dir, source)
-        config = {"ops": {"gpu_section": {"config": {"channel_reading_enabled": enabled}}}}
+    # a conference bridge: the agent on channel 0, a meeting room (two voices) on channel 1, diarized within it
+    agent, _ = call_of(("calls/2026/support_call.flac",), turns=4)
+    room, _ = sf.read(SAMPLE / "meetings" / "standup.wav", dtype="float32")
+    sf.write(source / DAY / "calls" / "bridge.wav", np.stack([agent[:, 0], room[: len(agent)]], axis=1), RATE)
+    bridge = {"channels": "separate", "channel_speakers": ["agent", "room"], "diarized_channels": [1]}
+    (source / DAY / "calls" / "bridge.wav.json").write_text(json.dumps(bridge))
+    rerun = {"channel_reading_enabled": False, "units": [*calls][:2]}  # a rerun of the two calls, mixed
+    figures, runs = {}, {"by channel": {}, "exact levers off": dict.fromkeys(EXACT_SWITCHES, False),
+                         "switch off": rerun}
+    for name, switches in runs.items():
+        resources = make_resources(tmp_path / ("exact" if name == "exact levers off" else "by-channel"), lock_dir,
+                                   source)
+        config = {"ops": {"gpu_section": {"config": switches},
+                          "prepared_flights": {"config": {"max_unit_seconds": 60.0, "window_overlap_seconds": 10.0}}}}
         assert materialize_partition(resources, DAY, run_config=config).success
-        storage = resources["storage"]
+        storage, enabled = resources["storage"], name == "by channel"
+        runs[name] = storage
+        if name == "exact levers off":  # the channel path's every column, each lever off
+            verdict = gate(runs["by channel"], storage, [DAY], exact=True)
+            assert verdict.passed and not verdict.columns.changed, verdict.table()
+            continue
         units = {r["unit_id"]: r for r in storage.read_parquet("transcripts", DAY, "units").iter_rows(named=True)}
         words = storage.read_parquet("transcripts", DAY, "words")
+        plan = storage.read_parquet("prepared_flights", DAY, "plan")
+        assert plan.filter(pl.col("unit_id") == "calls__long_call.flac")["window"].to_list() == [0, 1]
+        _assert_the_bridge(storage, units["calls__bridge.wav"])  # a rerun of other units keeps its rows
         mixed = units["meetings__one_mix.wav"]
         assert (mixed["channels"], mixed["channel_reading"], mixed["num_speakers"]) == (2, "mixed", 2)
-        assert mixed["channel_source"] == ("auto" if enabled else "switch_off")
-        for key, turns in calls.items():
+        assert (mixed["channel_source"], mixed["channel_lead"]) == ("auto", 0.0)
+        for key, turns in list(calls.items())[: 3 if enabled else 2]:
             uid, unit_words = key.replace("/", "__"), words.filter(pl.col("unit_id") == key.replace("/", "__"))
-            figures[key, enabled] = _scored(unit_words, turns)
+            figures[key, enabled] = call_figures(unit_words.to_dicts(), turns)
             row = units[uid]
             assert (row["result_class"], row["channels"]) == ("transcribed", 2)
             if not enabled:
@@ -136,6 +135,19 @@ def test_a_day_of_calls_is_heard_channel_by_channel_and_the_switch_mixes_it(tmp_
               f"speaker, similarity {similarity:.2f}")
 
 
+def _assert_the_bridge(storage, unit: dict) -> None:
+    """A sidecar's `separate` with channel 1 diarized: channel 0 its speaker's, channel 1 its room's voices."""
+    assert (unit["channel_reading"], unit["channel_source"], unit["result_class"]) == ("by_channel", "sidecar",
+                                                                                      "transcribed")
+    turns = storage.read_parquet("diarization", DAY, "turns").filter(pl.col("unit_id") == "calls__bridge.wav")
+    by_channel = {c: set(turns.filter(pl.col("channel") == c)["speaker"]) for c in (0, 1)}
+    assert by_channel[0] == {"agent"} and by_channel[1] and all(s.startswith("room_SPEAKER_") for s in by_channel[1])
+    speakers = storage.read_parquet("diarization", DAY, "speakers").filter(pl.col("unit_id") == "calls__bridge.wav")
+    diarized = speakers.filter(pl.col("speaker") != "agent")
+    assert diarized["embedding"].null_count() == 0 and "channel" not in diarized["segmentation"].to_list()
+    assert unit["num_speakers"] == 1 + len(by_channel[1])
+
+
 def test_the_calls_are_what_the_sample_says(tmp_path):
     """The helper's calls: two channels each, the 8 kHz one mu-law, each reply overlapping the other party."""
     calls = write_calls(tmp_path)
@@ -143,4 +155,53 @@ def test_the_calls_are_what_the_sample_says(tmp_path):
     for key, turns in calls.items():
         assert sf.info(tmp_path / key).channels == 2 and {t.channel for t in turns} == {0, 1}
         assert any(b.start_s < a.end_s for a, b in zip(turns, turns[1:], strict=False) if a.channel != b.channel)
-    assert (SAMPLE / "meetings" / "standup.wav").exists()
+        assert all(t.text for t in turns) and sf.info(tmp_path / key).duration > turns[-1].end_s
+
+
+def test_each_way_of_decoding_lays_a_call_out_channel_by_channel(tmp_path, call):
+    """The flight's audio of a unit read by channel holds each channel after the other, decoded whole, streamed to
+    its end (a FLAC written to a pipe: no length stated) or cut into windows (decided once, on the first window);
+    `separate` reads any count (three here), `mix` none; the mix is the same samples whichever way it is read."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from batch_assets.ingest.manifest import build_manifest
+    from batch_assets.ingest.prepare import prepare_flights
+    from batch_assets.long_units.windows import WindowSpec
+    from batch_assets.source.decode import decode_file
+    from batch_assets.source.flight_audio import flight_source
+    from batch_assets.storage.resource import StorageResource
+
+    from .recorder_files import _encode
+
+    day = tmp_path / "2026-03-03"
+    long_call = np.tile(call, 1 + 75 * RATE // call.shape[1])[:, : 75 * RATE]  # past a 60 s window
+    sf.write(tmp_path / "call.wav", call.T, RATE, subtype="PCM_16")  # piped: planned at twice its estimate
+    _encode(day / "piped.flac", ["-i", str(tmp_path / "call.wav")], ["-c:a", "flac"], "flac", piped=True)
+    sf.write(day / "long.wav", long_call.T, RATE, subtype="PCM_16")
+    sf.write(day / "three.wav", np.concatenate([call, call[:1]]).T, RATE, subtype="PCM_16")
+    sf.write(day / "forced_mix.wav", call.T, RATE, subtype="PCM_16")
+    manifest, _ = build_manifest(LocalFileSystem(), str(day), 7200.0, 1)
+    modes = {"piped.flac": (AUTO, "setting"), "long.wav": (AUTO, "setting"), "three.wav": (SEPARATE, "run_config"),
+             "forced_mix.wav": (MIX, "sidecar")}
+    plan, _ = prepare_flights(manifest, budget_s=1800.0, max_units=1, windows=WindowSpec(60.0, 10.0))
+    source = flight_source(plan, manifest, StorageResource().filesystem, modes=modes)
+    pieces = {}
+    for flight_id in plan.sort("unit_id", "window")["flight_id"]:
+        flight = source.load(flight_id)
+        for uid, piece in flight.pieces.items():
+            assert piece.problem is None, (uid, piece)
+            pieces[uid] = piece
+            channels = piece.reading.channels if piece.reading.separate else 1
+            assert len(flight.audio) == channels * piece.num_samples, uid
+            if uid != "three.wav":
+                name = uid.removesuffix(".w0000").removesuffix(".w0001")
+                mix = decode_file(str(day / name), pathlib.Path(name).suffix)[0]
+                start = 50 * RATE if uid.endswith(".w0001") else 0
+                expected = mix[start : start + piece.num_samples]
+                heard = flight.audio[: piece.num_samples] if channels == 1 else flight.audio.reshape(channels, -1)
+                assert np.allclose(heard if channels == 1 else heard.mean(axis=0), expected, atol=1e-6), uid
+    read = {uid: (p.reading.channels, p.reading.reading, p.reading.source) for uid, p in pieces.items()}
+    assert read == {"piped.flac": (2, "by_channel", "auto"), "long.wav.w0000": (2, "by_channel", "auto"),
+                    "long.wav.w0001": (2, "by_channel", "auto"), "three.wav": (3, "by_channel", "run_config"),
+                    "forced_mix.wav": (2, "mixed", "sidecar")}
+    assert manifest.filter(pl.col("unit_id") == "piped.flac")["duration_estimated"][0]

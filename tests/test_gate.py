@@ -104,7 +104,7 @@ def test_a_word_on_a_silent_unit_fails(runs):
     silent = candidate.read_parquet("transcripts", P, "units").filter(pl.col("result_class") == "silent")["unit_id"][0]
     _rewrite(candidate, "transcripts", "words", lambda f: pl.concat([f, pl.DataFrame(
         {"unit_id": [silent], "segment_index": [0], "word_index": [0], "start_s": [1.0], "end_s": [1.2],
-         "word": ["hello"], "speaker": ["SPEAKER_00"], "score": [0.9]},
+         "word": ["hello"], "speaker": ["SPEAKER_00"], "score": [0.9], "channel": [None]},
         schema=f.schema)]))
     result = gate(*runs, [P])
     assert not result.passed and result.words_on_silent_units == 1

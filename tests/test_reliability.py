@@ -32,6 +32,7 @@ from batch_assets.source.fetch import FetchError, RetryPolicy, with_retries
 from batch_assets.source.objects import read_once
 from batch_assets.storage.resource import REPO_ROOT, StorageResource
 
+from .channel_calls import call_of
 from .conftest import SAMPLE_SOURCE, make_resources, materialize_partition
 from .partition_sources import SAMPLE, make_source
 from .published_arrays import assert_arrays_load
@@ -266,9 +267,13 @@ def _wait_for(log: pathlib.Path, text: str, proc: subprocess.Popen, timeout: flo
 @pytest.mark.e2e
 def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     """A run killed with SIGKILL in its GPU step holds the only gpu slot; the next `batch-assets run` fails the
-    dead run, frees the slot and runs, with its quiet output; then a units rerun with a hint. Over 60 s here: three
-    `batch-assets run` processes, the kill and the CLI's own output being what is tested."""
-    env = _cli_env(tmp_path, make_source(tmp_path / "source", {PARTITION: ["meetings/planning.mp3"]}))
+    dead run, frees the slot and runs, with its quiet output, the day's two-channel call read by channel (the
+    default); then a units rerun with a hint and `--channels mix`. Over 60 s here: three `batch-assets run`
+    processes, the kill and the CLI's own output being what is tested."""
+    call, _ = call_of(("meetings/planning.mp3",))
+    (tmp_path / "source" / PARTITION / "calls").mkdir(parents=True)
+    sf.write(tmp_path / "source" / PARTITION / "calls" / "planning_call.wav", call, 16_000)
+    env = _cli_env(tmp_path, tmp_path / "source")
     first = _start_cli(env, tmp_path / "first.log")
     _wait_for(tmp_path / "first.log", GPU_STEP_STARTED, first)
     os.killpg(first.pid, signal.SIGKILL)  # the run worker and its step process, as a lost node would
@@ -285,6 +290,8 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert_arrays_load(StorageResource(storage_url=flags["--storage"]))
+    [unit] = StorageResource(storage_url=flags["--storage"]).read_parquet("transcripts", PARTITION, "units").to_dicts()
+    assert (unit["channel_reading"], unit["channel_source"], unit["num_speakers"]) == ("by_channel", "auto", 2)
     assert f"run {dead.run_id} (transcribe_partition) was STARTED but its processes" in second.stderr
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
@@ -309,7 +316,7 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     assert "STEP_SUCCESS" in pathlib.Path(log).read_text()
     # a unit rerun from the command line, with a speaker-count hint: only the GPU assets and the exports run
     again = subprocess.run([sys.executable, "-m", "batch_assets.cli", "run", "--partition", PARTITION, "--units",
-                            "meetings/planning.mp3", "--num-speakers", "1",
+                            "calls/planning_call.wav", "--num-speakers", "1", "--channels", "mix",
                             *[part for pair in flags.items() for part in pair]],
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
@@ -317,6 +324,7 @@ def test_a_run_killed_in_its_gpu_step_does_not_hold_the_gpu_pool(tmp_path):
     storage = StorageResource(source_url=flags["--source"], storage_url=flags["--storage"])
     [unit] = storage.read_parquet("transcripts", PARTITION, "units").iter_rows(named=True)
     assert (unit["num_speakers"], unit["hint_num_speakers"], unit["hint_source"]) == (1, 1, "run config")
+    assert (unit["channel_reading"], unit["channel_source"]) == ("mixed", "run_config")
 
 
 def test_run_flags_name_their_variables_and_a_backwards_range_is_refused(tmp_path):

@@ -75,7 +75,7 @@ def prepare_flights(
     windowed = frozenset(uid for uid, d in zip(ok["unit_id"], durations, strict=True) if windows.windowed(d))
     channels = ok["channels"] if "channels" in ok.columns else [1] * ok.height
     several = {uid: n for uid, n in zip(ok["unit_id"], channels, strict=True)
-               if n and n > 1 and uid not in windowed}  # a long unit's windows are read mixed
+               if n and n > 1 and uid not in windowed}  # a windowed unit flies alone whatever it counts
     plan = plan_flights(list(zip(ok["unit_id"], durations, strict=True)), budget_s, max_units, windowed, several)
     by_flight: dict[str, list[PlannedUnit]] = {}
     for planned in plan:

@@ -5,7 +5,9 @@ carol and dave, written by `scripts/make_sample_data.py`) end to end in a seeded
 repetition at its own gain, with a seeded pause between dialogues and a quiet noise floor, until the
 recording is `seconds` long; the truth is every turn, shifted to where it landed. The long-unit bench
 (`benchmarks/long_units.py`) and the windowing tests build their units with it, so both measure the
-same thing: a voice that keeps one label from the first hour to the last.
+same thing: a voice that keeps one label from the first hour to the last. `two_channel_call` makes the dialogues
+a contact centre's call, each party on its own channel, replies overlapping (`benchmarks/channels.py`, the
+channel tests).
 """
 
 from __future__ import annotations
@@ -26,6 +28,17 @@ class Dialogue:
     key: str
     audio: np.ndarray  # 16 kHz mono float32
     turns: list[tuple[float, float, str]]  # (start_s, end_s, voice)
+    texts: tuple[str, ...] = ()  # each turn's words
+
+
+@dataclasses.dataclass(frozen=True)
+class CallTurn:
+    """A turn of a two-channel call: its channel, where it lies in the call, its words."""
+
+    channel: int
+    start_s: float
+    end_s: float
+    text: str
 
 
 def _sample_units(root: pathlib.Path, language: str):
@@ -53,8 +66,36 @@ def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT, language: str = "en") -> 
             continue
         audio, _ = decode_file(str(root / "audio" / partition / key), suffix_of(key))
         dialogues.append(Dialogue(f"{partition}/{key}", audio,
-                                  [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]]))
+                                  [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]],
+                                  tuple(t["text"] for t in truth["turns"])))
     return dialogues
+
+
+def two_channel_call(dialogues: list[Dialogue], overlap_s: float = 0.6, turns: int | None = None
+                     ) -> tuple[np.ndarray, list[CallTurn]]:
+    """(samples (frames, 2) at 16 kHz, its turns): the turns of `dialogues` (the first `turns` of each) as one call,
+    each dialogue's first voice on channel 0 and the others on channel 1, each reply starting `overlap_s` before
+    the other party stops (cross-talk), as contact centres record calls: each party on its own channel."""
+    pieces, at, placed = [], 0.5, []
+    for dialogue in dialogues:
+        first = dialogue.turns[0][2]
+        for (start, end, voice), text in list(zip(dialogue.turns, dialogue.texts, strict=True))[:turns]:
+            cut = dialogue.audio[int((start - 0.1) * TARGET_SAMPLE_RATE) : int((end + 0.1) * TARGET_SAMPLE_RATE)]
+            channel = 0 if voice == first else 1
+            if placed and placed[-1].channel != channel:
+                at = placed[-1].end_s - overlap_s
+            pieces.append((channel, int(at * TARGET_SAMPLE_RATE), cut))
+            placed.append(CallTurn(channel, at + 0.1, at + 0.1 + end - start, text))
+            at += len(cut) / TARGET_SAMPLE_RATE + 0.3
+    out = np.zeros((int((at + 0.5) * TARGET_SAMPLE_RATE), 2), dtype=np.float32)
+    for channel, start, cut in pieces:
+        out[start : start + len(cut), channel] += cut
+    return out, placed
+
+
+def channel_script(turns: list[CallTurn], channel: int) -> str:
+    """What a call's channel says, in order."""
+    return " ".join(t.text for t in turns if t.channel == channel)
 
 
 def long_recording(seconds: float, seed: int, dialogues: list[Dialogue] | None = None
@@ -78,3 +119,32 @@ def long_recording(seconds: float, seed: int, dialogues: list[Dialogue] | None =
     audio = np.concatenate(pieces)
     audio += rng.normal(0.0, 0.002, size=audio.shape).astype(np.float32)
     return audio, turns
+
+
+def call_figures(words: list[dict], turns: list[CallTurn]) -> tuple[float, float]:
+    """(share of a call's words on their channel's speaker, similarity to its script) of its `words` table rows.
+
+    Each speaker label is taken for the channel most of its words were spoken on (a word's channels: those whose
+    turn holds its midpoint, 0.3 s either side); a word is right when its label's channel is one of them. The
+    similarity is each channel's words, in time order, against what that channel says (1 - the character error rate,
+    floored at 0), averaged over the two channels."""
+    import jiwer
+
+    def heard_on(row: dict) -> set[int]:
+        middle = (row["start_s"] + row["end_s"]) / 2
+        return {t.channel for t in turns if t.start_s - 0.3 <= middle <= t.end_s + 0.3}
+
+    rows = [(row["speaker"], heard_on(row), row) for row in words]
+    votes: dict = {}
+    for speaker, channels, _ in rows:
+        for channel in channels:
+            votes.setdefault(speaker, {}).setdefault(channel, 0)
+            votes[speaker][channel] += 1
+    channel_of = {speaker: max(counts, key=counts.get) for speaker, counts in votes.items()}
+    right = sum(channel_of.get(speaker) in channels for speaker, channels, _ in rows)
+    similarity = []
+    for channel in (0, 1):
+        said = sorted((row["start_s"], row["word"]) for speaker, _, row in rows if channel_of.get(speaker) == channel)
+        heard = " ".join(word for _, word in said) or "<empty>"
+        similarity.append(max(0.0, 1 - jiwer.cer(channel_script(turns, channel), heard)))
+    return (right / len(rows) if rows else 0.0), float(np.mean(similarity))

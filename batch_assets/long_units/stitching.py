@@ -23,7 +23,7 @@ import polars as pl
 
 from batch_assets.gpu.outputs.tables import CHANNEL_COLUMNS, LANGUAGE_COLUMNS, segment_indices
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
-from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_speakers, windows_by_unit
+from batch_assets.long_units.windows import LINK_THRESHOLD, Window, cores, link_unit_speakers, windows_by_unit
 from batch_assets.models.languages import word_separator
 from batch_assets.schema.results import SILENT_REASON, ResultClass
 from batch_assets.source.ffmpeg import DECODER_STOPPED
@@ -207,7 +207,7 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
               r["speech_s"]) for r in speakers.iter_rows(named=True)]
-    voice = link_speakers(local, threshold, hints)
+    voice, named = link_unit_speakers(local, threshold, hints, ordered[0]["channel_reading"] == "by_channel")
 
     def relabel(parts: list[pl.DataFrame]) -> pl.DataFrame:
         """Each window's local labels as the unit's voices (`v0`, `v1`, …)."""
@@ -220,7 +220,7 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     # voices named in the order they first speak, as pyannote names a unit's speakers
     first = (turns.filter(~pl.col("exclusive")).group_by("speaker", maintain_order=True).agg(pl.col("start_s").min())
              .sort("start_s"))
-    names = {v: f"SPEAKER_{i:02d}" for i, v in enumerate(first["speaker"])}
+    names = {v: (named.get(int(v[1:])) if v else None) or f"SPEAKER_{i:02d}" for i, v in enumerate(first["speaker"])}
     turns = _rejoin(turns.with_columns(pl.col("speaker").replace_strict(names, default=None, return_dtype=pl.String)),
                     ["exclusive", "speaker"])
     regions = _rejoin(pl.concat(_on_unit_clock(fragments["regions"], uid, windows, unit_cores)), ["unit_id"])

@@ -65,10 +65,13 @@ def piece_id(unit_id: str, window: int | None) -> str:
 
 def split_windows(pieces: Iterable[np.ndarray], spec: WindowSpec) -> Iterator[tuple[float, np.ndarray]]:
     """(start_s, samples) of each window of a decoded stream, holding one window at a time. The last window holds
-    what is left (it always has samples no earlier window had); a stream no longer than a window is one window."""
+    what is left (it always has samples no earlier window had); a stream no longer than a window is one window.
+    Pieces of several columns ((frames, columns): a mix and its channels) are cut into windows of as many."""
     size, stride = int(spec.seconds * SAMPLE_RATE), int(spec.stride_s * SAMPLE_RATE)
     window, fill, start, emitted = np.empty(size, dtype=np.float32), 0, 0, False
     for piece in pieces:
+        if window.shape[1:] != piece.shape[1:]:  # the first piece says how many columns
+            window = np.empty((size, *piece.shape[1:]), dtype=np.float32)
         while len(piece):
             take = min(len(piece), size - fill)
             window[fill : fill + take], fill, piece = piece[:take], fill + take, piece[take:]
@@ -188,4 +191,33 @@ def window_hints(hints: SpeakerHints) -> SpeakerHints:
 
 
 # -- stitching -------------------------------------------------------------------------------------------------------
+
+
+def link_unit_speakers(speakers: list[tuple[int, str, np.ndarray | None, float]], threshold: float = LINK_THRESHOLD,
+                       hints: SpeakerHints = NO_HINTS, by_channel: bool = False,
+                       ) -> tuple[dict[tuple[int, str], int], dict[int, str]]:
+    """({(window, label): voice}, {voice: its name, where it has one}): `link_speakers`, or for a unit read channel
+    by channel (`gpu/section/channels.py`) its channels' speakers: a one-party channel's speaker (no embedding) is
+    one voice in every window, under its name; the speakers of a channel diarized within itself (`{channel
+    speaker}_SPEAKER_NN`, with embeddings) are linked across windows within their channel, and named
+    `{channel speaker}_SPEAKER_NN` in the order of `speakers`."""
+    if not by_channel:
+        return link_speakers(speakers, threshold, hints), {}
+    voice: dict[tuple[int, str], int] = {}
+    names: dict[int, str] = {}
+    solo = sorted({label for _, label, c, _ in speakers if c is None})
+    for w, label, c, _ in speakers:
+        if c is None:
+            voice[w, label] = solo.index(label)
+    names |= dict(enumerate(solo))
+    channels: dict[str, list] = {}
+    for speaker in speakers:
+        if speaker[2] is not None:
+            channels.setdefault(speaker[1].rsplit("_SPEAKER_", 1)[0], []).append(speaker)
+    for channel, members in channels.items():
+        linked = link_speakers(members, threshold, hints)
+        first = len(names)
+        voice |= {member: first + number for member, number in linked.items()}
+        names |= {first + number: f"{channel}_SPEAKER_{number:02d}" for number in set(linked.values())}
+    return voice, names
 

@@ -87,8 +87,9 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "channel": "The channel the row was heard on, from 0 (null: the unit was read as one signal)",
     "channel_reading": "How the unit's channels were read: 'mono' (one channel), 'mixed' (mixed down to one signal), "
                        "'by_channel' (each channel on its own; docs/outputs.md: Channels)",
-    "channel_source": "What decided the reading: 'auto' (measured on the audio), 'sidecar', 'run_config', 'setting', "
-                      "'switch_off' (channel_reading_enabled off), 'long_unit' or 'length_unstated' (read mixed)",
+    "channel_source": "What decided the reading: 'auto' (measured on the audio), or where the forced mode came from: "
+                      "'sidecar', 'run_config', 'setting', 'switch_off' (channel_reading_enabled off); null: one "
+                      "channel",
     "channel_lead": "auto's measure: the smaller share of sound frames on which a channel is 10 dB louder than the "
                     "other (0.1 or more: read by channel; null: not measured)",
     "asr_model": "The ASR model the language is routed to (null: none, the unit is unsupported_language; or no speech)",

@@ -66,14 +66,17 @@ def to_target(samples: np.ndarray, sample_rate: int) -> np.ndarray:
 
 
 class _Resampled:
-    """16 kHz mono float32 built block by block into one array sized from the expected length."""
+    """16 kHz float32 built block by block into one array sized from the expected length: the mix, or with `channels`
+    (more than one) the mix and each channel side by side ((frames, 1 + channels), the mix first). One soxr stream
+    resamples every column on its own, so the mix column is bit-identical to the mix resampled alone."""
 
-    def __init__(self, sample_rate: int, expected_frames: int):
-        self.rate = sample_rate
+    def __init__(self, sample_rate: int, expected_frames: int, channels: int = 0):
+        self.rate, self.columns = sample_rate, 1 + channels if channels > 1 else 1
         size = int(np.ceil(expected_frames * TARGET_SAMPLE_RATE / sample_rate)) + 16 if sample_rate else 0
-        self.out, self.length, self.fed = np.empty(size, dtype=np.float32), 0, False
-        self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-                       if sample_rate != TARGET_SAMPLE_RATE else None)
+        self.out = np.empty((size,) if self.columns == 1 else (size, self.columns), dtype=np.float32)
+        self.length, self.fed = 0, False
+        self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, self.columns, dtype="float32",
+                                           quality="HQ") if sample_rate != TARGET_SAMPLE_RATE else None)
 
     def add(self, block: np.ndarray) -> None:
         for piece in self.pieces(block):
@@ -83,19 +86,21 @@ class _Resampled:
         """The resampled output of one more block (None: the end, flushing the resampler), without keeping it."""
         if block is None:
             if self.stream is not None and self.fed:
-                yield self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+                empty = np.zeros((0,) if self.columns == 1 else (0, self.columns), dtype=np.float32)
+                yield self.stream.resample_chunk(empty, last=True)
             return
         if not np.all(np.isfinite(block)):
             raise DecodeError("decoded samples contain NaN or infinity")
         mono = np.ascontiguousarray(block.mean(axis=1), dtype=np.float32)  # the same per frame as a whole-signal mean
+        data = mono if self.columns == 1 else np.ascontiguousarray(np.column_stack([mono, block]), dtype=np.float32)
         self.fed = self.fed or len(mono) > 0
-        yield self.stream.resample_chunk(mono) if self.stream is not None else mono
+        yield self.stream.resample_chunk(data) if self.stream is not None else data
 
     def _append(self, piece: np.ndarray) -> None:
         end = self.length + len(piece)
         if end > len(self.out):  # the header under-declared the length: grow (rare)
-            self.out = np.concatenate([self.out[: self.length],
-                                       np.empty(max(end - self.length, len(self.out) // 4), np.float32)])
+            grown = np.empty((max(end - self.length, len(self.out) // 4), *self.out.shape[1:]), np.float32)
+            self.out = np.concatenate([self.out[: self.length], grown])
         self.out[self.length : end] = piece
         self.length = end
 
@@ -103,33 +108,6 @@ class _Resampled:
         for piece in self.pieces(None):
             self._append(piece)
         return self.out[: self.length]
-
-
-class _Channels:
-    """Each channel at 16 kHz, resampled block by block (one soxr stream over all channels: each channel's samples
-    are bit-identical to resampling that channel alone)."""
-
-    def __init__(self, sample_rate: int, channels: int):
-        self.channels, self.parts = channels, []
-        self.stream = (soxr.ResampleStream(sample_rate, TARGET_SAMPLE_RATE, channels, dtype="float32", quality="HQ")
-                       if sample_rate != TARGET_SAMPLE_RATE else None)
-
-    def add(self, block: np.ndarray) -> None:
-        block = np.ascontiguousarray(block, dtype=np.float32)
-        self.parts.append(self.stream.resample_chunk(block) if self.stream is not None else block)
-
-    def result(self, length: int) -> np.ndarray:
-        """(channels, `length`): the channels, as long as the mix."""
-        if self.stream is not None:
-            self.parts.append(self.stream.resample_chunk(np.zeros((0, self.channels), np.float32), last=True))
-        out = np.zeros((self.channels, length), dtype=np.float32)
-        done = 0
-        for part in self.parts:
-            take = min(len(part), length - done)
-            out[:, done : done + take] = part[:take].T
-            done += take
-        self.parts = []
-        return out
 
 
 class UntrustedLength(Exception):
@@ -157,15 +135,14 @@ def _soundfile_handle(path: str, suffix: str) -> sf.SoundFile:
 def _decoded(blocks, rate: int, channels: int, expected: int, keep: bool) -> tuple[np.ndarray, np.ndarray | None,
                                                                                   int]:
     """(the mix, each channel when `keep` and there are several, frames) of a stream of (frames, channels) blocks."""
-    resampled, frames = _Resampled(rate, max(expected, 0)), 0
-    each = _Channels(rate, channels) if keep and channels > 1 else None
+    resampled, frames = _Resampled(rate, max(expected, 0), channels if keep else 0), 0
     for block in blocks:
         resampled.add(block)
-        if each is not None:
-            each.add(block)
         frames += len(block)
-    mix = resampled.result()
-    return mix, (each.result(len(mix)) if each is not None else None), frames
+    out = resampled.result()
+    if out.ndim == 1:
+        return out, None, frames
+    return np.ascontiguousarray(out[:, 0]), np.ascontiguousarray(out[:, 1:].T), frames
 
 
 def _soundfile_decode(path: str, suffix: str, keep: bool = False) -> tuple[np.ndarray, np.ndarray | None, AudioInfo]:
@@ -210,17 +187,18 @@ def _ffmpeg_fallback(path: str, soundfile_error: Exception) -> Iterator[FfmpegSt
             raise DecodeError(f"{ffmpeg_error} (soundfile: {str(soundfile_error)[:120]})") from None
 
 
-def stream_file(path: str, suffix: str, stopped: list[str] | None = None) -> Iterator[np.ndarray]:
+def stream_file(path: str, suffix: str, stopped: list[str] | None = None, keep: bool = False) -> Iterator[np.ndarray]:
     """`decode_file`'s result in pieces, in order, holding one block at a time: how a recording of any length is
     decoded into windows. soundfile first; ffmpeg when soundfile cannot open the file, or from where soundfile
     stopped when it fails part-way (a body cut off: ffmpeg decodes what is there, as `decode_file` does). The
     concatenation is bit-identical to `decode_file`'s result, but for a lossy file soundfile failed on part-way
     (there the samples before the failure are soundfile's, the rest ffmpeg's; `decode_file` takes all from ffmpeg).
-    `stopped` gets what ffmpeg said where it gave up part-way (`AudioInfo.stopped` of `decode_file`)."""
+    `stopped` gets what ffmpeg said where it gave up part-way (`AudioInfo.stopped` of `decode_file`). With `keep`, a
+    multichannel file's pieces are (frames, 1 + channels): the mix (as without), then each channel."""
     done = 0
     try:
         with _soundfile_handle(path, suffix) as handle:
-            resampled = _Resampled(int(handle.samplerate), 0)
+            resampled = _Resampled(int(handle.samplerate), 0, int(handle.channels) if keep else 0)
             for block in handle.blocks(blocksize=BLOCK_FRAMES, dtype="float32", always_2d=True):
                 for piece in resampled.pieces(block):
                     done += len(piece)
@@ -230,7 +208,7 @@ def stream_file(path: str, suffix: str, stopped: list[str] | None = None) -> Ite
         raise
     except Exception as soundfile_error:
         with _ffmpeg_fallback(path, soundfile_error) as stream:
-            resampled = _Resampled(stream.info.sample_rate, 0)
+            resampled = _Resampled(stream.info.sample_rate, 0, stream.info.channels if keep else 0)
             for block in stream:
                 for piece in resampled.pieces(block):
                     if len(piece) <= done:  # soundfile's samples of the same stretch were given already

@@ -43,7 +43,7 @@ import polars as pl
 
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WindowSpec, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
-from batch_assets.source.channels import AUTO, MIX, SEPARATE, ChannelReading, decide
+from batch_assets.source.channels import AUTO, MIX, SEPARATE, decide
 from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_channels, stream_file, suffix_of
 from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
 from batch_assets.source.identity import ObjectVersion
@@ -58,7 +58,6 @@ from batch_assets.source.pieces import (
 )
 from batch_assets.source.window_stream import WindowStream
 
-LONG_UNIT, LENGTH_UNSTATED = "long_unit", "length_unstated"  # read mixed: decoded streaming (`channel_source`)
 DEFAULT_SPEC = WindowSpec()  # a plan's windows, where it says nothing else (`ingest/measured_lengths.py: plan_spec`)
 
 
@@ -99,15 +98,17 @@ class FlightSource:
         try:
             with self._staged(unit) as (path, read):
                 if unit.estimated:  # never held past a window: a longer stream is measured, not kept
-                    samples, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec)
-                    reading = _unread(unit, LENGTH_UNSTATED)
+                    samples, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec,
+                                                             _keeps(unit))
+                    several = samples is not None and samples.ndim == 2
+                    each, count = (samples[:, 1:].T, samples.shape[1] - 1) if several else (None, unit.channels)
+                    samples = samples[:, 0] if several else samples
                 else:
-                    keep = unit.mode == SEPARATE or (unit.mode == AUTO and unit.channels <= 2)
-                    samples, each, decoded = decode_channels(path, suffix_of(unit.relative_key), keep)
-                    total, stopped = len(samples), decoded.stopped
-                    reading = decide(unit.mode, unit.mode_source, each, decoded.channels)
-                    if reading.separate:
-                        samples = each
+                    samples, each, decoded = decode_channels(path, suffix_of(unit.relative_key), _keeps(unit))
+                    total, stopped, count = len(samples), decoded.stopped, decoded.channels
+                reading = decide(unit.mode, unit.mode_source, each, count)
+                if reading.separate:
+                    samples = np.ascontiguousarray(each)
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, failed_piece(error)
         if samples is None and _past_limit(total):
@@ -119,7 +120,7 @@ class FlightSource:
             return None, DecodedPiece(problem=(ResultClass.FAILED, f"{_grown(unit, total)}: planned again in windows "
                                                f"of {self.spec.seconds:.0f} s from what decoded"),
                                       sha256=read.sha256, bytes_read=read.size)
-        if len(samples) == 0:
+        if samples.shape[-1] == 0:
             return None, DecodedPiece(problem=(ResultClass.EMPTY, "decoded to zero samples"), sha256=read.sha256,
                                       bytes_read=read.size)
         length = samples.shape[-1]
@@ -141,8 +142,10 @@ class FlightSource:
                     return path, read, stack
 
                 wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
-                self._streams[unit_id] = WindowStream(stage, self.windows.get(unit_id, self.spec), wanted,
-                                                       suffix_of(unit.relative_key))
+                self._streams[unit_id] = WindowStream(
+                    stage, self.windows.get(unit_id, self.spec), wanted, suffix_of(unit.relative_key), _keeps(unit),
+                    lambda each, count, unit=unit: decide(unit.mode, unit.mode_source, each,
+                                                          count if each is not None else unit.channels))
             return self._streams[unit_id]
 
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:
@@ -168,8 +171,8 @@ class FlightSource:
         elif last and stream.goes_on:  # measured to its end: planned again in windows, the rest processed later
             self.measured(unit.unit_id, unit.listed.token(), stream.decoded)
             note = ""
-        return samples, DecodedPiece(0, len(samples), None, note, False, read.sha256,
-                                     read.size if planned.window == stream.staged_by else 0, _unread(unit, LONG_UNIT))
+        return samples, DecodedPiece(0, samples.shape[-1], None, note, False, read.sha256,
+                                     read.size if planned.window == stream.staged_by else 0, stream.reading)
 
     def start(self, flight_ids: list[str]) -> None:
         """Begin loading these flights now, one after another on a background thread: the GPU step starts its first
@@ -214,10 +217,11 @@ class FlightSource:
             self._streams.clear()
 
 
-def _decode_within(path: str, suffix: str, spec: WindowSpec) -> tuple[np.ndarray | None, int, str]:
-    """(samples, or None past a window; the samples the stream holds; what ffmpeg said where it gave up)."""
+def _decode_within(path: str, suffix: str, spec: WindowSpec, keep: bool) -> tuple[np.ndarray | None, int, str]:
+    """(samples, or None past a window; the samples the stream holds; what ffmpeg said where it gave up). `keep`: a
+    multichannel stream's samples are the mix and each channel side by side (`decode.stream_file`)."""
     limit, total, parts, stopped = round(spec.seconds * TARGET_SAMPLE_RATE), 0, [], []
-    for piece in stream_file(path, suffix, stopped):
+    for piece in stream_file(path, suffix, stopped, keep):
         total += len(piece)
         if total <= limit:
             parts.append(piece)
@@ -227,9 +231,10 @@ def _decode_within(path: str, suffix: str, spec: WindowSpec) -> tuple[np.ndarray
     return (None if total > limit else samples), total, stopped[0] if stopped else ""
 
 
-def _unread(unit: UnitSource, why: str) -> ChannelReading:
-    """A unit decoded mixed whatever its mode: a long unit's windows, a stream whose length is unstated."""
-    return ChannelReading(unit.channels, False, why if unit.channels > 1 else unit.mode_source)
+def _keeps(unit: UnitSource) -> bool:
+    """Whether a unit's channels are decoded beside its mix: its mode may read it by channel (`auto`: two channels
+    as listed, or one the listing could not count)."""
+    return unit.mode == SEPARATE or (unit.mode == AUTO and unit.channels <= 2)
 
 
 def _past_limit(samples: int) -> bool:

@@ -4,7 +4,8 @@ Why: a long unit (`long_units/windows.py`) is decoded streaming into its planned
 recording. Its object is staged once (by the first load of one of its windows), one decoding stream cuts it into
 windows in order, and each window's load decodes up to its own. Lever 1 loads flights ahead on several threads, so
 windows may be asked for out of order: a window the stream passes is held until taken if this step will ask for it,
-else dropped (committed by an earlier run). No Dagster.
+else dropped (committed by an earlier run). A unit whose channels may be read one by one (`source/channels.py`) is
+cut as the mix and each channel side by side, and how it is read is decided once, on its first window. No Dagster.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from batch_assets.long_units.windows import WindowSpec, split_windows
+from batch_assets.source.channels import ChannelReading
 from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, stream_file
 from batch_assets.source.fetch import ChangedSinceListed, FetchError
 from batch_assets.source.objects import ReadObject
@@ -29,8 +31,12 @@ class WindowStream:
     dropped (committed by an earlier run). The stream closes once every wanted window has been taken."""
 
     def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
-                 wanted: set[int], suffix: str):
+                 wanted: set[int], suffix: str, keep: bool = False,
+                 decide: Callable[[np.ndarray | None, int], ChannelReading] | None = None):
+        """`keep`: cut the mix and each channel (`decode.stream_file`); `decide(channels or None, count)`: how the
+        unit's channels are read, decided once on its first window (`reading`), whichever window is asked for."""
         self.stage, self.spec, self.wanted, self.suffix = stage, spec, set(wanted), suffix
+        self.keep, self.decide, self.reading = keep, decide, None
         self.lock = threading.Lock()
         self.next, self.windows, self.read, self.stack, self.error = 0, None, None, None, None
         self.decoded, self.staged_by = 0, None  # the window whose load staged the object (its bytes are booked there)
@@ -52,7 +58,7 @@ class WindowStream:
                 if self.windows is None and self.next == 0:
                     path, self.read, self.stack = self.stage()
                     self.staged_by = window
-                    self.windows = split_windows(stream_file(path, self.suffix, self.stopped), self.spec)
+                    self.windows = split_windows(stream_file(path, self.suffix, self.stopped, self.keep), self.spec)
                 while self.windows is not None and self.next <= window:
                     index = self.next
                     start_s, samples = next(self.windows, (None, None))
@@ -60,6 +66,7 @@ class WindowStream:
                     if samples is None:
                         break
                     self.decoded = round(start_s * TARGET_SAMPLE_RATE) + len(samples)
+                    samples = self._as_read(samples)
                     if index == window:
                         if last:  # the listing's length cut the stream? Then decoded on to its end, counted only
                             for later_s, later in self.windows:
@@ -75,6 +82,17 @@ class WindowStream:
             finally:
                 if not self.wanted or self.error is not None:
                     self.close()
+
+    def _as_read(self, samples: np.ndarray) -> np.ndarray:
+        """A window as its unit is read: the mix, or (channels, samples) read by channel (decided on the first)."""
+        several = samples.ndim == 2
+        if self.reading is None and self.decide is not None:
+            self.reading = self.decide(samples[:, 1:].T if several else None, samples.shape[1] - 1 if several else 1)
+        if not several:
+            return samples
+        if self.reading is not None and self.reading.separate:
+            return np.ascontiguousarray(samples[:, 1:].T)
+        return np.ascontiguousarray(samples[:, 0])
 
     def close(self) -> None:
         if self.stack is not None:
