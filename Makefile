@@ -122,6 +122,6 @@ bench-signals: setup
 bench-long-units: setup
 	$(PY) benchmarks/long_units.py --out bench_out/long_units.json
 
-# two-channel calls read by channel against mixed and diarized (~3 minutes on 2 cores, tiny models)
+# two-channel calls read by channel against mixed and diarized (~1 minute on 2 cores, tiny models)
 bench-channels: setup
 	$(PY) benchmarks/channels.py --json bench_out/channels.json

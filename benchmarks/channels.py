@@ -1,12 +1,14 @@
 """Two-channel calls read by channel against mixed and diarized: section seconds, audio-hours per section-hour and
 accuracy, through the real assets.
 
-    .venv/bin/python benchmarks/channels.py                                   # tiny models, CPU, ~3 min on 2 cores
-    .venv/bin/python benchmarks/channels.py --device cuda --json benchmarks/results/gpu_channels.json
+    .venv/bin/python benchmarks/channels.py                                   # tiny models, CPU, ~1 min on 2 cores
+    .venv/bin/python benchmarks/channels.py --models production-shaped        # the production architectures
+    .venv/bin/python benchmarks/channels.py --device cuda --models production-shaped --json results/gpu_channels.json
 
 A day of contact-centre calls is built from the sample's English dialogues (`long_units/long_audio.py:
 two_channel_call`: each dialogue's first voice on channel 0, the others on channel 1, each reply starting 0.6 s
-before the other party stops), every call written twice: a 16 kHz FLAC and an 8 kHz mu-law WAV. `fetched_audio` and
+before the other party stops), every call written twice: a 16 kHz FLAC and an 8 kHz mu-law WAV with line echo (each
+party at -26 dB on the other's channel). `fetched_audio` and
 `prepared_flights` are materialized once; the GPU step (`gpu_section`, all exact levers on) once untimed (the
 warm-up), then `--repeats` times each reading: `by channel` (the default, `channel_reading_enabled` on) and `mixed`
 (off: mixed down and diarized). Printed per reading: wall and section seconds, each stage's seconds, audio-hours
@@ -29,10 +31,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PARTITION = "2026-04-01"
 READINGS = {"by channel": True, "mixed": False}
+ECHO = 0.05  # -26 dB
 
 
-def build(folder: pathlib.Path) -> dict:
-    """Write the day's calls; returns each unit's turns (as JSON-ready lists) by unit id."""
+def build(folder: pathlib.Path, calls: int | None) -> dict:
+    """Write the day's calls (the first `calls` dialogues; None: all); returns each unit's turns by unit id."""
     import soundfile as sf
     import soxr
 
@@ -40,10 +43,11 @@ def build(folder: pathlib.Path) -> dict:
 
     day, truth = folder / "source" / PARTITION, {}
     day.mkdir(parents=True)
-    for i, dialogue in enumerate(sample_dialogues()):
+    for i, dialogue in enumerate(sample_dialogues()[:calls]):
         samples, turns = two_channel_call([dialogue])
         sf.write(day / f"call_{i:02d}.flac", samples, 16_000, subtype="PCM_16")
-        sf.write(day / f"phone_{i:02d}.wav", soxr.resample(samples, 16_000, 8000), 8000, subtype="ULAW")
+        phone = samples + ECHO * samples[:, ::-1]  # line echo: each party faintly on the other's channel
+        sf.write(day / f"phone_{i:02d}.wav", soxr.resample(phone, 16_000, 8000), 8000, subtype="ULAW")
         truth[f"call_{i:02d}.flac"] = truth[f"phone_{i:02d}.wav"] = turns
     return truth
 
@@ -51,8 +55,10 @@ def build(folder: pathlib.Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", default="tiny", choices=["tiny", "production-shaped"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--calls", type=int, help="the first N sample dialogues (default: all 7)")
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
 
@@ -63,12 +69,15 @@ def main() -> None:
     from batch_assets.definitions import all_assets
     from batch_assets.gpu.steps.resources import GpuResource
     from batch_assets.long_units.long_audio import call_figures
+    from batch_assets.models.names import MODEL_PROFILES
     from batch_assets.orchestration.io_manager import StorageJsonIOManager
     from batch_assets.storage.resource import StorageResource
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-channels-"))
-    truth = build(work)
-    gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), torch_threads=args.threads)
+    truth = build(work, args.calls)
+    asr_model, diarization_pipeline = MODEL_PROFILES[args.models]
+    gpu = GpuResource(device=args.device, lock_dir=str(work / "locks"), torch_threads=args.threads,
+                      asr_model=asr_model, diarization_pipeline=diarization_pipeline)
 
     def resources(root: pathlib.Path) -> dict:
         storage = StorageResource(source_url=str(work / "source"), storage_url=str(root))
@@ -128,7 +137,8 @@ def main() -> None:
     print(f"by channel vs mixed: {speed:.2f}x audio-hours per section-hour")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"device": args.device, "torch_threads": args.threads, "calls": len(truth),
+        args.json.write_text(json.dumps({"device": args.device, "models": args.models, "torch_threads": args.threads,
+                                         "calls": len(truth),
                                          "by_channel_vs_mixed": speed, "runs": rows}, indent=2, default=str))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -52,6 +52,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from batch_assets.gate.columns import CONTINUOUS, EMBEDDING, SCORE  # noqa: E402 (after the path insert)
 from batch_assets.gpu.section.stats import STAGES  # noqa: E402 (after the path insert)
+from batch_assets.models.names import MODEL_PROFILES  # noqa: E402 (after the path insert)
 from batch_assets.switches import (  # noqa: E402 (after the path insert; light: no model library)
     APPROXIMATE_SWITCHES,
     EXACT_SWITCHES,
@@ -60,10 +61,7 @@ from batch_assets.switches import (  # noqa: E402 (after the path insert; light:
 )
 
 PARTITION = "2026-04-01"
-MODELS = {
-    "tiny": ("builtin:tiny-tdt", "builtin:tiny-diarization"),
-    "production-shaped": ("builtin:parakeet-tdt-0.6b-v2-shaped", "builtin:community-1-shaped"),
-}
+MODELS = MODEL_PROFILES
 LEVERS = tuple(s.name for s in SWITCHES)
 EXACT = EXACT_SWITCHES  # the levers that change no result (on by default)
 TRUNK_BLOCKS, SKIP_COVERED = APPROXIMATE_SWITCHES  # change results by design: gated against "all on"

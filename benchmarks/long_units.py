@@ -12,7 +12,7 @@ unit each, one partition): the DER a long unit should stay within 2 points of.
     .venv/bin/python benchmarks/long_units.py                       # 0.5 1 2 4 8 h, builtin models, CPU, 2 threads
     .venv/bin/python benchmarks/long_units.py --hours 0.5 1 --out benchmarks/results/long_units.json
     .venv/bin/python benchmarks/long_units.py --hours 0.5 --levers exact "trunk blocks" "skip covered" approximate
-    .venv/bin/python benchmarks/long_units.py --hours 4 --two-channel --out benchmarks/results/long_units_2ch.json
+    .venv/bin/python benchmarks/long_units.py --hours 1 4 --two-channel --out benchmarks/results/long_units_2ch.json
 
 `--levers`: each case measured once per named set of approximate levers (`exact`: none; the default), so their
 DER on the long-recording path (windows, stitched speakers) reads against the exact run's.

@@ -16,6 +16,7 @@ from batch_assets.storage.resource import REPO_ROOT
 
 SAMPLE = REPO_ROOT / "sample_data" / "audio" / "2026-01-15"
 RATE = 16_000
+ECHO = 0.05  # -26 dB
 LONG_CALL = ("calls/2026/support_call.flac", "meetings/planning.mp3", "meetings/standup.wav")
 
 
@@ -30,8 +31,8 @@ def call_of(keys: tuple[str, ...], turns: int | None = None) -> tuple[np.ndarray
 
 
 def write_calls(root: pathlib.Path) -> dict[str, list[CallTurn]]:
-    """Under `root`: an 8 kHz mu-law WAV call, a 16 kHz FLAC call and `meetings/one_mix.wav` (one mix on both
-    channels); returns each call's turns by key."""
+    """Under `root`: an 8 kHz mu-law WAV call (with line echo: each party at -26 dB on the other's channel), a 16 kHz
+    FLAC call and `meetings/one_mix.wav` (one mix on both channels); returns each call's turns by key."""
     import soxr
 
     (root / "calls").mkdir(parents=True, exist_ok=True)
@@ -39,8 +40,9 @@ def write_calls(root: pathlib.Path) -> dict[str, list[CallTurn]]:
     flac, flac_turns = call_of(("calls/2026/support_call.flac",))
     sf.write(root / "calls" / "support_call.flac", flac, RATE, subtype="PCM_16")
     phone, phone_turns = call_of(("meetings/planning.mp3",))
+    phone = phone + ECHO * phone[:, ::-1]  # line echo: each party heard faintly on the other's channel
     sf.write(root / "calls" / "phone_call.wav", soxr.resample(phone, RATE, 8000), 8000, subtype="ULAW")
-    mix, _ = sf.read(SAMPLE / "meetings" / "standup.wav", dtype="float32")
+    mix, _ = sf.read(SAMPLE / "meetings" / "standup.wav", dtype="float32", frames=30 * RATE)  # both voices
     sf.write(root / "meetings" / "one_mix.wav", np.stack([mix, mix], axis=1), RATE, subtype="PCM_16")
     return {"calls/support_call.flac": flac_turns, "calls/phone_call.wav": phone_turns}
 

@@ -61,6 +61,15 @@ class SpeakerHints:
         """The unit's fewest speakers (`num_speakers`, else `min_speakers`, else 1)."""
         return self.num_speakers or self.min_speakers or 1
 
+    def less(self, parties: int, shared: bool = False) -> SpeakerHints:
+        """The hints for one channel of a unit read by channel, its other channels holding `parties` one-party
+        speakers (`gpu/section/channels.py`): each count less them (at least 1); `shared`: another channel is
+        diarized too, so the rest cannot be split between them: no hints."""
+        if shared or not self:
+            return NO_HINTS
+        less = lambda n: None if n is None else max(1, n - parties)  # noqa: E731
+        return SpeakerHints(less(self.num_speakers), less(self.min_speakers), less(self.max_speakers))
+
     def describe(self) -> str:
         return ", ".join(f"{key}={value}" for key, value in self.pipeline_kwargs().items()) or "none"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 from batch_assets.source.channels import AUTO, MIX, MODES
 
@@ -43,6 +44,9 @@ class UnitChannels:
         if len(set(self.speakers)) != len(self.speakers) or len(self.speakers) > MAX_CHANNELS:
             raise ChannelChoiceError(f"channel_speakers must be distinct, at most {MAX_CHANNELS}: "
                                      f"{list(self.speakers)!r}")
+        taken = [s for i, s in enumerate(self.speakers) if re.fullmatch(r"CHANNEL_\d+", s) and s != f"CHANNEL_{i}"]
+        if taken:
+            raise ChannelChoiceError(f"channel_speakers {taken!r}: CHANNEL_N names channel N (give another name)")
         if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_CHANNELS for c in self.diarized):
             raise ChannelChoiceError(f"diarized_channels must be channel numbers from 0, not {list(self.diarized)!r}")
 

@@ -207,7 +207,9 @@ def _stitch_unit(fragments: dict[str, pl.DataFrame], uid: str, windows: list[Win
     speakers = fragments["speakers"].filter(pl.col("unit_id").is_in(pieces))
     local = [(index[r["unit_id"]], r["speaker"], None if r["embedding"] is None else np.asarray(r["embedding"]),
               r["speech_s"]) for r in speakers.iter_rows(named=True)]
-    voice, named = link_unit_speakers(local, threshold, hints, ordered[0]["channel_reading"] == "by_channel")
+    solo = (set(speakers.filter(pl.col("segmentation") == "channel")["speaker"])  # one-party channels' speakers
+            if ordered[0]["channel_reading"] == "by_channel" else None)
+    voice, named = link_unit_speakers(local, threshold, hints, solo)
 
     def relabel(parts: list[pl.DataFrame]) -> pl.DataFrame:
         """Each window's local labels as the unit's voices (`v0`, `v1`, …)."""

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
+from batch_assets.source.containers import DecodeError
 
 MAX_RECORDING_SECONDS = 172800.0  # a safety limit only (48 h): longer units are classed too_long
 WINDOW_SECONDS = 1800.0
@@ -68,10 +69,12 @@ def split_windows(pieces: Iterable[np.ndarray], spec: WindowSpec) -> Iterator[tu
     what is left (it always has samples no earlier window had); a stream no longer than a window is one window.
     Pieces of several columns ((frames, columns): a mix and its channels) are cut into windows of as many."""
     size, stride = int(spec.seconds * SAMPLE_RATE), int(spec.stride_s * SAMPLE_RATE)
-    window, fill, start, emitted = np.empty(size, dtype=np.float32), 0, 0, False
+    window, fill, start, emitted = None, 0, 0, False
     for piece in pieces:
-        if window.shape[1:] != piece.shape[1:]:  # the first piece says how many columns
+        if window is None:  # the first piece says how many columns
             window = np.empty((size, *piece.shape[1:]), dtype=np.float32)
+        elif window.shape[1:] != piece.shape[1:]:
+            raise DecodeError(f"the stream changed from {window.shape[1:]} to {piece.shape[1:]} columns part-way")
         while len(piece):
             take = min(len(piece), size - fill)
             window[fill : fill + take], fill, piece = piece[:take], fill + take, piece[take:]
@@ -79,7 +82,7 @@ def split_windows(pieces: Iterable[np.ndarray], spec: WindowSpec) -> Iterator[tu
                 yield start / SAMPLE_RATE, window.copy()
                 window[: size - stride] = window[stride:]
                 fill, start, emitted = size - stride, start + stride, True
-    if fill > (size - stride if emitted else 0):
+    if window is not None and fill > (size - stride if emitted else 0):
         yield start / SAMPLE_RATE, window[:fill].copy()
 
 
@@ -194,28 +197,29 @@ def window_hints(hints: SpeakerHints) -> SpeakerHints:
 
 
 def link_unit_speakers(speakers: list[tuple[int, str, np.ndarray | None, float]], threshold: float = LINK_THRESHOLD,
-                       hints: SpeakerHints = NO_HINTS, by_channel: bool = False,
+                       hints: SpeakerHints = NO_HINTS, solo: set[str] | None = None,
                        ) -> tuple[dict[tuple[int, str], int], dict[int, str]]:
     """({(window, label): voice}, {voice: its name, where it has one}): `link_speakers`, or for a unit read channel
-    by channel (`gpu/section/channels.py`) its channels' speakers: a one-party channel's speaker (no embedding) is
-    one voice in every window, under its name; the speakers of a channel diarized within itself (`{channel
-    speaker}_SPEAKER_NN`, with embeddings) are linked across windows within their channel, and named
+    by channel (`gpu/section/channels.py`; `solo`: its one-party channels' speakers, None for a unit read as one
+    signal) its channels' speakers: a one-party channel's speaker is one voice in every window, under its name; the
+    speakers of a channel diarized within itself (`{channel speaker}_SPEAKER_NN`) are linked across windows within
+    their channel (told the unit's hints less the one-party speakers: `SpeakerHints.less`), and named
     `{channel speaker}_SPEAKER_NN` in the order of `speakers`."""
-    if not by_channel:
+    if solo is None:
         return link_speakers(speakers, threshold, hints), {}
     voice: dict[tuple[int, str], int] = {}
     names: dict[int, str] = {}
-    solo = sorted({label for _, label, c, _ in speakers if c is None})
-    for w, label, c, _ in speakers:
-        if c is None:
-            voice[w, label] = solo.index(label)
-    names |= dict(enumerate(solo))
+    ordered = sorted(solo)
+    for w, label, _, _ in speakers:
+        if label in solo:
+            voice[w, label] = ordered.index(label)
+    names |= dict(enumerate(ordered))
     channels: dict[str, list] = {}
     for speaker in speakers:
-        if speaker[2] is not None:
+        if speaker[1] not in solo:
             channels.setdefault(speaker[1].rsplit("_SPEAKER_", 1)[0], []).append(speaker)
     for channel, members in channels.items():
-        linked = link_speakers(members, threshold, hints)
+        linked = link_speakers(members, threshold, hints.less(len(solo), shared=len(channels) > 1))
         first = len(names)
         voice |= {member: first + number for member, number in linked.items()}
         names |= {first + number: f"{channel}_SPEAKER_{number:02d}" for number in set(linked.values())}

@@ -46,10 +46,10 @@ import dataclasses
 import pathlib
 import shutil
 
-PARAKEET_SHAPED = "builtin:parakeet-tdt-0.6b-v2-shaped"
+from batch_assets.models.names import COMMUNITY1_SHAPED, PARAKEET_SHAPED  # noqa: F401 (named here too)
+
 PARAKEET_V3_SHAPED = "builtin:parakeet-tdt-0.6b-v3-shaped"
 PARAKEET_JA_SHAPED = "builtin:parakeet-tdt_ctc-0.6b-ja-shaped"
-COMMUNITY1_SHAPED = "builtin:community-1-shaped"
 SHAPED_SEED = 20260601
 EMBEDDING_DIMENSION = 256
 LDA_DIMENSION = 128

@@ -11,7 +11,9 @@ The map, in the order a byte travels:
 - `containers.py`, `header_probe.py`: rate, channels and length from 8 KiB blocks of the head and tail, or an
   estimate where the container states none (`duration_estimated`);
 - `ffmpeg.py`: the bundled ffmpeg's word on a file (rate, channels, length or an estimate) and its decode of one;
-- `decode.py`: libsndfile or ffmpeg to 16 kHz mono float32, to the end of the stream;
+- `decode.py`: libsndfile or ffmpeg to 16 kHz mono float32, to the end of the stream (and each channel beside the
+  mix, for a unit that may be read by channel);
+- `channels.py`: how a unit's channels are read (`auto` decides on sound frames), a channel's own speech;
 - `pieces.py`, `flight_audio.py`, `window_stream.py`: the GPU step's flights, each object read once and decoded
   (whole, or streaming into a long unit's windows; a unit longer than its plan's room measured, not held).
 """

@@ -13,8 +13,11 @@ the decoded 16 kHz channels of a two-channel object (`auto` mixes any other coun
   room microphone (a few dB apart), a recording on one channel only (the other never leads: its party, or parties,
   are diarized from the mix).
 
-The figure (`ChannelReading.lead`: the smaller channel's share) is kept on the unit's row. Nothing here imports a
-model.
+The figure (`ChannelReading.lead`: the smaller channel's share) is kept on the unit's row. Read by channel, a
+channel's speech is what VAD finds on it less where another channel is `LEAD_DB` louder (`own_regions`, levels
+averaged over 200 ms): a party's echo or bleed on the other party's channel (line echo, a headset) is not that
+channel's speech, while overlapping speech, each party loud on its own channel, stays on both. Nothing here imports
+a model.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ FLOOR_DB = -70.0
 LEAD_DB = 10.0
 LEAD_SHARE = 0.1
 MIN_SOUND_FRAMES = 25  # half a second of sound: less says nothing, mixed
+BLEED_SMOOTH = 10  # frames (200 ms) a channel's level is averaged over to tell its own speech from the other's echo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +54,32 @@ class ChannelReading:
         return BY_CHANNEL if self.separate else MIXED
 
 
-def frame_db(channel: np.ndarray) -> np.ndarray:
-    """Each whole 20 ms frame's power in dB (full scale 0)."""
-    frames = channel[: len(channel) // FRAME * FRAME].reshape(-1, FRAME).astype(np.float64)
-    return 10.0 * np.log10(np.mean(frames * frames, axis=1) + 1e-12)
+def frame_db(channel: np.ndarray, smooth: int = 1) -> np.ndarray:
+    """Each whole 20 ms frame's power in dB (full scale 0); `smooth`: averaged over that many frames around it."""
+    power = np.empty(len(channel) // FRAME)
+    for start in range(0, len(power), 65536):  # in blocks: a window's channel is never copied whole in float64
+        block = channel[start * FRAME : min(start + 65536, len(power)) * FRAME].reshape(-1, FRAME).astype(np.float64)
+        power[start : start + len(block)] = np.mean(block * block, axis=1)
+    if smooth > 1:
+        power = np.convolve(power, np.ones(smooth) / smooth, mode="same")
+    return 10.0 * np.log10(power + 1e-12)
+
+
+def own_regions(regions: list[tuple[float, float]], own_db: np.ndarray, other_db: np.ndarray,
+                shortest_s: float = 0.1) -> list[tuple[float, float]]:
+    """A channel's speech `regions` without the stretches another channel is `LEAD_DB` louder over (its party's
+    echo or bleed: a channel's own speech, never quieter than the other side's), pieces shorter than `shortest_s`
+    dropped. `own_db`, `other_db`: the channels' smoothed frame levels (`frame_db`)."""
+    own = other_db[: len(own_db)] - own_db[: len(other_db)] < LEAD_DB
+    step, kept = FRAME / 16_000, []
+    for start, end in regions:
+        first, last = int(start / step), min(int(np.ceil(end / step)), len(own))
+        runs = np.flatnonzero(np.diff(np.concatenate([[0], own[first:last].astype(np.int8), [0]])))
+        for a, b in zip(runs[::2], runs[1::2], strict=True):
+            piece = (float(max(start, (first + a) * step)), float(min(end, (first + b) * step)))
+            if piece[1] - piece[0] >= shortest_s:
+                kept.append(piece)
+    return kept
 
 
 def lead_share(channels: np.ndarray) -> float:
@@ -74,11 +100,9 @@ def lead_share(channels: np.ndarray) -> float:
 def decide(mode: str, source: str, channels: np.ndarray | None, count: int) -> ChannelReading:
     """How to read a unit in `mode` (from `source`) whose object has `count` channels, given its decoded channels
     (`channels`: (count, samples) at 16 kHz; None when they were not kept)."""
-    if count < 2 or mode == MIX or channels is None:
-        return ChannelReading(count, False, source)
-    if mode == SEPARATE:
-        return ChannelReading(count, True, source)
-    if count != 2:  # `auto` decides for two channels only
+    if count < 2 or mode != AUTO:
+        return ChannelReading(count, mode == SEPARATE and count > 1 and channels is not None, source)
+    if count != 2 or channels is None:  # `auto` decides for two channels only
         return ChannelReading(count, False, AUTO)
     lead = lead_share(channels)
     return ChannelReading(count, lead >= LEAD_SHARE, AUTO, round(lead, 4))

@@ -56,10 +56,10 @@ def binarized_segmentations(pipeline, segmentations):
     return binarize(segmentations, onset=pipeline.segmentation.threshold, initial_state=False)
 
 
-def slide_chunks(inference, waveform):
-    """A (channels, samples) waveform cut as `Inference.slide` cuts it: its complete chunks, then the last one
-    zero-padded when the chunks do not end on the waveform's end; (chunks, channels, window samples)."""
-    import torch
+def slide_chunks(inference, waveform) -> list:
+    """A (channels, samples) waveform cut as `Inference.slide` cuts it: its complete chunks (a view of the waveform,
+    nothing copied), then the last one zero-padded when the chunks do not end on the waveform's end; each part
+    (chunks, channels, window samples)."""
     import torch.nn.functional as F
 
     window_size = inference.model.audio.get_num_samples(inference.duration)
@@ -70,7 +70,7 @@ def slide_chunks(inference, waveform):
     if num_samples < window_size or (num_samples - window_size) % step_size > 0:
         last = waveform[:, num_chunks * step_size :]
         chunks.append(F.pad(last, (0, window_size - last.shape[1]))[None])
-    return torch.cat(chunks)
+    return chunks
 
 
 def stock_source_digest(qualname: str) -> str:

@@ -2,8 +2,9 @@
 
 Stock pyannote slides its segmentation model over one file at a time, so a short unit fills a batch or two,
 the last one a single padded chunk: on a GPU each forward is launch-bound. `segment_files` cuts every file
-exactly as `Inference.slide` does (`pyannote_adapter.slide_chunks`), fills `batch_size`-chunk batches with the
-chunks of all the files in order, runs the same `Inference.infer` (model, powerset conversion), and splits the
+exactly as `Inference.slide` does (`pyannote_adapter.slide_chunks`: views of the waveform, so a long unit's or a
+call's channels' chunks are never all copied at once), fills `batch_size`-chunk batches with the chunks of all the
+files in order, runs the same `Inference.infer` (model, powerset conversion), and splits the
 outputs back per file, as the same `SlidingWindowFeature` stock returns. The embedding trunk's batches span
 units in `shared_trunk.SharedTrunkPath`.
 
@@ -29,10 +30,19 @@ def segment_files(inference, files: list[dict]) -> list[object]:
 
     fix_reproducibility(inference.device)
     cut = [adapter.slide_chunks(inference, inference.model.audio(file)[0]) for file in files]
-    counts = [len(c) for c in cut]
-    chunks = torch.cat(cut) if cut else torch.zeros(0)
-    outputs = [inference.infer(chunks[i : i + inference.batch_size])
-               for i in range(0, len(chunks), inference.batch_size)]
+    counts = [sum(len(part) for part in parts) for parts in cut]
+    outputs, batch, size = [], [], 0
+    for part in (part for parts in cut for part in parts):  # each batch copied out of the files' chunk views, in
+        start = 0  # order: the batches of all the chunks concatenated, never all the chunks at once
+        while start < len(part):
+            take = min(inference.batch_size - size, len(part) - start)
+            batch.append(part[start : start + take])
+            size, start = size + take, start + take
+            if size == inference.batch_size:
+                outputs.append(inference.infer(torch.cat(batch)))
+                batch, size = [], 0
+    if batch:
+        outputs.append(inference.infer(torch.cat(batch)))
     scores = np.vstack(outputs) if outputs else np.zeros((0,))
     window = SlidingWindow(start=0.0, duration=inference.duration, step=inference.step)
     edges = np.cumsum([0, *counts])

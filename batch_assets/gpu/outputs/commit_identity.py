@@ -149,13 +149,14 @@ class CommitIdentity:
     def used_by(self, outcomes: list) -> CommitIdentity:
         """This identity with only the models a flight's `outcomes` (`section.flight.UnitOutcome`s) used: the
         diarization pipeline, language identification if a language was detected (or its detection failed), and
-        the ASR model of each language heard (None: no model for it)."""
+        the ASR model of each language heard (None: no model for it), on each channel of a unit read by channel."""
         roles = {"diarization"}
         for outcome in outcomes:
-            if outcome.language_source == DETECTED or "language identification" in (outcome.reason or ""):
+            if "language identification" in (outcome.reason or ""):
                 roles.add("language id")
-            if outcome.language is not None:
-                roles.add(f"asr {outcome.language}")
+            for language, source in [(outcome.language, outcome.language_source), *outcome.channel_languages]:
+                roles |= {"language id"} if source == DETECTED else set()
+                roles |= {f"asr {language}"} if language is not None else set()
         return dataclasses.replace(self, models={role: self.models.get(role) for role in sorted(roles)})
 
     def differences(self, recorded: Mapping[str, Any] | None) -> list[str]:

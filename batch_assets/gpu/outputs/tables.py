@@ -83,8 +83,10 @@ def diarization_tables(outcomes: list[UnitOutcome]) -> tuple[pl.DataFrame, pl.Da
             embedding = d.embeddings.get(label)
             speakers.append({
                 "unit_id": o.unit_id, "speaker": label, "speech_s": speech,
-                "embedding": None if embedding is None else embedding.tolist(), "segmentation": d.reuse,
-                "embedding_path": d.embedding_work.path,
+                "embedding": None if embedding is None else embedding.tolist(),
+                # a one-party channel's speaker (`gpu/section/channels.py`): its speech, nothing diarized
+                "segmentation": "channel" if label in o.solo_speakers else d.reuse,
+                "embedding_path": "not run" if label in o.solo_speakers else d.embedding_work.path,
             })
     return pl.DataFrame(turns, schema=TURNS_SCHEMA), pl.DataFrame(speakers, schema=SPEAKERS_SCHEMA)
 

@@ -2,14 +2,17 @@
 
 Why: each party of a call on its own channel says who spoke; diarization of the mix only guesses it, and cross-talk
 merges the parties' words. The section processes each channel of such a unit as a piece of its own
-(`{unit}.ch{channel}`): VAD, language and ASR on it; a channel that holds one party is not diarized (its speech
-regions are its speaker's turns: the unit's sidecar or run config names them, else `CHANNEL_0`, `CHANNEL_1`, ...), a
-channel named in `diarized_channels` (a conference bridge) is diarized within itself (its speakers
-`{channel speaker}_{label}`). `merge` makes the pieces one unit again, before its commit: turns of every channel by
-start time, overlapping speech kept on both sides; each channel's words cut into segments at its turns, the segments
-ordered by start time (a reply that starts before the other party stops follows it as a segment of its own); the
-unit's class from its channels' (one failed channel fails the unit, with the reason; else transcribed if any channel
-is); its language the one of the channel with the most speech (another channel's in the reason). No Dagster.
+(`{unit}.ch{channel}`): VAD, its regions less another channel's echo (`without_bleed`), language and ASR on it. A
+channel that holds one party is not diarized: its speech regions are its speaker's turns (the sidecar's or run's
+`channel_speakers`, else `CHANNEL_0`, `CHANNEL_1`, ...); a channel named in `diarized_channels` (a conference
+bridge) is diarized within itself, its speakers `{channel speaker}_{label}`, told the unit's speaker-count hints
+less the one-party channels (`Separated.hints`). `merge` makes the pieces one unit again, before its commit: the
+turns of every channel by start time, overlapping speech kept on both sides; each channel's words cut into runs at
+its turns, the runs ordered by start time (a reply that starts before the other party stops follows as a run of its
+own; the tables join consecutive runs of one speaker into one segment); the unit's class from its channels' (one
+failed channel fails the unit, with the reason; else transcribed if any channel is); its language that of the
+transcribed channel with the most speech (another channel's in the reason), each channel's kept for its commit's
+identity (`channel_languages`). No Dagster.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import numpy as np
 from batch_assets.gpu.diarization.pipeline import DiarizationResult
 from batch_assets.gpu.diarization.vad import VadResult
 from batch_assets.gpu.section.attribution import attribute_speakers
+from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.schema.results import SILENT_REASON, ResultClass
-from batch_assets.source.channels import ChannelReading
+from batch_assets.source.channels import BLEED_SMOOTH, ChannelReading, frame_db, own_regions
 
 CHANNEL_REUSE = "channel"  # `diarization/speakers.segmentation` of a channel's speaker: its speech, not diarized
 
@@ -41,10 +45,28 @@ class Separated:
     speakers: tuple[str, ...]
     diarized: frozenset[int] = frozenset()
 
+    def hints(self, channel: int, hints: SpeakerHints) -> SpeakerHints:
+        """A diarized channel's speaker-count hints: the unit's, less its one-party channels (`SpeakerHints.less`)."""
+        if channel not in self.diarized:
+            return NO_HINTS
+        diarized = [c for c in range(len(self.pieces)) if c in self.diarized]
+        return hints.less(len(self.pieces) - len(diarized), shared=len(diarized) > 1)
+
     def solo(self, piece: str) -> str | None:
         """The speaker of a one-party channel piece (None: a diarized channel)."""
         channel = self.pieces.index(piece)
         return None if channel in self.diarized else self.speakers[channel]
+
+
+def without_bleed(results: dict, separated: dict[str, Separated], waveforms: dict[str, np.ndarray]) -> None:
+    """Each channel piece's VAD regions (`results`, VadResult by piece) less the stretches another channel of its unit
+    is louder over (`source/channels.py: own_regions`): its own speech, before language, ASR and its turns."""
+    for unit in separated.values():
+        levels = [frame_db(waveforms[piece], BLEED_SMOOTH) for piece in unit.pieces]
+        for channel, piece in enumerate(unit.pieces):
+            if piece in results and len(levels) > 1:
+                other = np.max([lv for c, lv in enumerate(levels) if c != channel], axis=0)
+                results[piece].regions = own_regions(results[piece].regions, levels[channel], other)
 
 
 def channel_diarization(regions: list[tuple[float, float]], speaker: str) -> DiarizationResult:
@@ -102,6 +124,7 @@ def merge(merged, separated: Separated, outcomes: dict):
         speaker = separated.speakers[channel]
         result = part.diarization if channel not in separated.diarized else _named(part.diarization, speaker)
         merged.channel_of.update({label: channel for _, _, label in result.turns})
+        merged.solo_speakers.update(() if channel in separated.diarized else {lab for _, _, lab in result.turns})
         turns.extend(result.turns)
         exclusive.extend(result.exclusive_turns)
         embeddings.update(result.embeddings)
@@ -114,7 +137,9 @@ def merge(merged, separated: Separated, outcomes: dict):
         merged.diarization.exclusive_turns = sorted(exclusive)
         merged.diarization.embeddings = embeddings
     merged.words = [pair for _, _, run in sorted(segments, key=lambda s: (s[0], s[1])) for pair in run]
-    spoken = [p for p in parts if p.language is not None]
+    merged.channel_languages = [(p.language, p.language_source) for p in parts]
+    heard = [p for p in parts if p.result_class is ResultClass.TRANSCRIBED and p.language is not None]
+    spoken = heard or [p for p in parts if p.language is not None]  # the unit's language: a transcribed channel's
     if spoken:
         lead = max(spoken, key=lambda p: p.vad.speech_s if p.vad else 0.0)
         for key in ("language", "language_source", "language_confidence", "asr_model"):

@@ -45,7 +45,7 @@ from batch_assets.gpu.diarization.precompute import precompute_units
 from batch_assets.gpu.diarization.vad import FlightVad, VadResult, vad_flight
 from batch_assets.gpu.section.asr_flight import transcribe_flight
 from batch_assets.gpu.section.attribution import attribute_speakers
-from batch_assets.gpu.section.channels import Separated, channel_diarization, channel_piece, merge
+from batch_assets.gpu.section.channels import Separated, channel_diarization, channel_piece, merge, without_bleed
 from batch_assets.gpu.section.levers import Levers
 from batch_assets.gpu.section.loaded import LoadedModels
 from batch_assets.gpu.section.routing import resolve_languages
@@ -93,6 +93,9 @@ class UnitOutcome:
     sha256: str | None = None  # of the unit's object, as the step read it
     channel_reading: ChannelReading | None = None  # how its channels were read (`source/channels.py`)
     channel_of: dict[str, int] = dataclasses.field(default_factory=dict)  # read by channel: each speaker's channel
+    solo_speakers: set[str] = dataclasses.field(default_factory=set)  # read by channel: one-party channels' speakers
+    channel_languages: list[tuple[str | None, str | None]] = dataclasses.field(default_factory=list)  # read by
+    # channel: each channel's language and its source (its commit records each one's ASR model)
 
 
 @dataclasses.dataclass
@@ -143,8 +146,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
                 outcomes[sub] = UnitOutcome(sub, flight_id, unit.num_samples / SAMPLE_RATE, ResultClass.TRANSCRIBED)
                 start = unit.offset_samples + channel * unit.num_samples
                 waveforms[sub] = audio[start : start + unit.num_samples]
-                diarized = channel in separated[uid].diarized
-                hints[sub], declared[sub] = unit.speaker_hints if diarized else NO_HINTS, unit.language
+                hints[sub], declared[sub] = separated[uid].hints(channel, unit.speaker_hints), unit.language
             del outcomes[uid]
             continue
         waveforms[uid] = audio[unit.offset_samples : unit.offset_samples + unit.num_samples]
@@ -154,6 +156,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
     with matmul_precision(models.device, False):
         found = vad_flight(models.diarization, waveforms, levers.batch_across_units_enabled,
                            models.segmentation_forwards)
+    without_bleed(found.results, separated, waveforms)  # a channel's speech is its own, not the other's echo
     vad_speech = _book_vad(found, outcomes, stats)
     with matmul_precision(models.device, levers.tf32_enabled):
         speech = resolve_languages(models, waveforms, outcomes, declared, vad_speech, stats)
@@ -230,13 +233,15 @@ def _separate(uid: str, unit: SectionUnit, reading: ChannelReading) -> Separated
 
 
 def _solo_channels(separated: dict[str, Separated], speech: list[str], outcomes: dict[str, UnitOutcome]) -> set[str]:
-    """The channel pieces with speech that hold one party: their turns are their speech (not diarized)."""
+    """The channel pieces with speech that hold one party: their turns are their speech (not diarized; a channel in a
+    language without a model keeps its turns too, its party spoke)."""
     solo = set()
     for unit in separated.values():
         for piece in unit.pieces:
-            if piece in speech and (speaker := unit.solo(piece)) is not None:
-                outcomes[piece].diarization = channel_diarization(outcomes[piece].vad.regions, speaker)
-                solo.add(piece)
+            vad = outcomes[piece].vad
+            if vad is not None and vad.regions and (speaker := unit.solo(piece)) is not None:
+                outcomes[piece].diarization = channel_diarization(vad.regions, speaker)
+                solo |= {piece} & set(speech)
     return solo
 
 

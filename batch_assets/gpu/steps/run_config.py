@@ -154,13 +154,20 @@ def unit_languages(manifest: pl.DataFrame, run: str | None) -> dict[str, Declare
 def unit_inputs(manifest: pl.DataFrame, config, routing: dict[str, str]) -> dict[str, list]:
     """What the run config gives each unit that its results depend on: its speaker hints' values, its declared
     language (code, source, error) and its channel choice. Part of its flight's fingerprint (`gpu/steps/resume.py`):
-    a re-execution with other hints, another language or other channel choices redoes the flights whose units they
-    change, and only those."""
+    a re-execution with other hints, another language or other channel choices (of a unit with several channels)
+    redoes the flights whose units they change, and only those."""
     hints = unit_speaker_hints(manifest, run_hints(config))
     languages = unit_languages(manifest, checked_run_language(config, routing))
-    channels = unit_channel_choices(manifest, config)
-    return {uid: [list(dataclasses.astuple(hints[uid].hints)), list(dataclasses.astuple(languages[uid])),
-                  [channels[uid].mode, list(channels[uid].speakers), list(channels[uid].diarized)]] for uid in hints}
+    channels, several = unit_channel_choices(manifest, config), _multichannel(manifest)
+    return {uid: [list(dataclasses.astuple(hints[uid].hints)), list(dataclasses.astuple(languages[uid]))]
+            + ([list(dataclasses.astuple(channels[uid]))] if uid in several else []) for uid in hints}
+
+
+def _multichannel(manifest: pl.DataFrame) -> set[str]:
+    """The units whose channel choice can change their results: more than one channel (or a count not listed)."""
+    if "channels" not in manifest.columns:
+        return set(manifest["unit_id"])
+    return set(manifest.filter(pl.col("channels").fill_null(2) != 1)["unit_id"])
 
 
 class LeaseConfig(dg.Config):
