@@ -209,11 +209,9 @@ def link_unit_speakers(speakers: list[tuple[int, str, np.ndarray | None, float]]
         return link_speakers(speakers, threshold, hints), {}
     voice: dict[tuple[int, str], int] = {}
     names: dict[int, str] = {}
-    ordered = sorted(solo)
-    for w, label, _, _ in speakers:
-        if label in solo:
-            voice[w, label] = ordered.index(label)
-    names |= dict(enumerate(ordered))
+    number = {label: i for i, label in enumerate(sorted(solo))}
+    voice |= {(w, label): number[label] for w, label, _, _ in speakers if label in solo}
+    names |= {i: label for label, i in number.items()}
     channels: dict[str, list] = {}
     for speaker in speakers:
         if speaker[1] not in solo:

@@ -133,16 +133,14 @@ def free_dead_runs(instance: dg.DagsterInstance, log: Callable[[str], object] = 
         if not processes or any(process_alive(pid, identity) for pid, identity in processes.items()):
             continue
         pids = ", ".join(str(pid) for pid in sorted(processes))
-        said = (f"the processes of this run (pid {pids}) are gone (killed?): marked {{}} by batch_assets so that its "
-                "concurrency slots (pool gpu) are freed for later runs")
-        if run.status == dg.DagsterRunStatus.CANCELING:
-            instance.report_run_canceled(run, message=said.format("canceled"))
-        else:
-            instance.report_run_failed(run, message=said.format("failed"))
+        canceling = run.status == dg.DagsterRunStatus.CANCELING
+        ended = "canceled" if canceling else "failed"
+        said = (f"the processes of this run (pid {pids}) are gone (killed?): marked {ended} by batch_assets so that "
+                "its concurrency slots (pool gpu) are freed for later runs")
+        (instance.report_run_canceled if canceling else instance.report_run_failed)(run, message=said)
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         log(f"run {run.run_id} ({run.job_name}) was {run.status.value} but its processes (pid {pids}) are gone: "
-            f"marked it {'canceled' if run.status == dg.DagsterRunStatus.CANCELING else 'failed'} and freed its gpu "
-            "pool slot")
+            f"marked it {ended} and freed its gpu pool slot")
         freed.append(run.run_id)
     return freed
 

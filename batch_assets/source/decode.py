@@ -132,6 +132,15 @@ def _soundfile_handle(path: str, suffix: str) -> sf.SoundFile:
     return handle
 
 
+def split_mix(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the mix, each channel as (channels, samples) or None) of decoded samples: a mix alone, or the mix and each
+    channel side by side ((frames, 1 + channels): `_Resampled`'s, `stream_file`'s with `keep`). Views: a caller
+    copies what it keeps."""
+    if samples.ndim == 1:
+        return samples, None
+    return samples[:, 0], samples[:, 1:].T
+
+
 def _decoded(blocks, rate: int, channels: int, expected: int, keep: bool) -> tuple[np.ndarray, np.ndarray | None,
                                                                                   int]:
     """(the mix, each channel when `keep` and there are several, frames) of a stream of (frames, channels) blocks."""
@@ -139,10 +148,7 @@ def _decoded(blocks, rate: int, channels: int, expected: int, keep: bool) -> tup
     for block in blocks:
         resampled.add(block)
         frames += len(block)
-    out = resampled.result()
-    if out.ndim == 1:
-        return out, None, frames
-    return np.ascontiguousarray(out[:, 0]), np.ascontiguousarray(out[:, 1:].T), frames
+    return (*split_mix(resampled.result()), frames)
 
 
 def _soundfile_decode(path: str, suffix: str, keep: bool = False) -> tuple[np.ndarray, np.ndarray | None, AudioInfo]:
@@ -155,7 +161,7 @@ def _soundfile_decode(path: str, suffix: str, keep: bool = False) -> tuple[np.nd
 
 def decode_channels(path: str, suffix: str, keep: bool = True) -> tuple[np.ndarray, np.ndarray | None, AudioInfo]:
     """`decode_file`'s mix, and with `keep` each channel of a multichannel object at 16 kHz ((channels, samples), as
-    long as the mix; None for one channel), in one pass."""
+    long as the mix; None for one channel), in one pass (both then views of one array: `split_mix`)."""
     try:
         return _soundfile_decode(path, suffix, keep)
     except DecodeError:  # decoded, but not to finite samples: no other decoder will do better

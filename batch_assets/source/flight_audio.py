@@ -44,7 +44,14 @@ import polars as pl
 from batch_assets.long_units.windows import MAX_RECORDING_SECONDS, WindowSpec, planned_spec
 from batch_assets.schema.results import ResultClass, truncation
 from batch_assets.source.channels import AUTO, MIX, SEPARATE, decide
-from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, decode_channels, stream_file, suffix_of
+from batch_assets.source.decode import (
+    TARGET_SAMPLE_RATE,
+    DecodeError,
+    decode_channels,
+    split_mix,
+    stream_file,
+    suffix_of,
+)
 from batch_assets.source.fetch import DEFAULT_RETRIES, ChangedSinceListed, FetchError, RetryPolicy
 from batch_assets.source.identity import ObjectVersion
 from batch_assets.source.objects import ReadObject, read_once
@@ -98,17 +105,16 @@ class FlightSource:
         try:
             with self._staged(unit) as (path, read):
                 if unit.estimated:  # never held past a window: a longer stream is measured, not kept
-                    samples, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec,
+                    stacked, total, stopped = _decode_within(path, suffix_of(unit.relative_key), self.spec,
                                                              _keeps(unit))
-                    several = samples is not None and samples.ndim == 2
-                    each, count = (samples[:, 1:].T, samples.shape[1] - 1) if several else (None, unit.channels)
-                    samples = samples[:, 0] if several else samples
+                    samples, each = (None, None) if stacked is None else split_mix(stacked)
+                    count = unit.channels if each is None else len(each)
                 else:
                     samples, each, decoded = decode_channels(path, suffix_of(unit.relative_key), _keeps(unit))
                     total, stopped, count = len(samples), decoded.stopped, decoded.channels
                 reading = decide(unit.mode, unit.mode_source, each, count)
-                if reading.separate:
-                    samples = np.ascontiguousarray(each)
+                if samples is not None:  # what is kept, on its own: the channels read by channel, else the mix
+                    samples = np.ascontiguousarray(each if reading.separate else samples)
         except (DecodeError, FetchError, ChangedSinceListed) as error:
             return None, failed_piece(error)
         if samples is None and _past_limit(total):
@@ -144,8 +150,8 @@ class FlightSource:
                 wanted = {p.window for ps in self.pieces.values() for p in ps if p.unit_id == unit_id}
                 self._streams[unit_id] = WindowStream(
                     stage, self.windows.get(unit_id, self.spec), wanted, suffix_of(unit.relative_key), _keeps(unit),
-                    lambda each, count, unit=unit: decide(unit.mode, unit.mode_source, each,
-                                                          count if each is not None else unit.channels))
+                    lambda each, unit=unit: decide(unit.mode, unit.mode_source, each,
+                                                   unit.channels if each is None else len(each)))
             return self._streams[unit_id]
 
     def _window(self, planned: PlannedPiece) -> tuple[np.ndarray | None, DecodedPiece]:

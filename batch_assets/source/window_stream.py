@@ -18,7 +18,7 @@ import numpy as np
 
 from batch_assets.long_units.windows import WindowSpec, split_windows
 from batch_assets.source.channels import ChannelReading
-from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, stream_file
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, DecodeError, split_mix, stream_file
 from batch_assets.source.fetch import ChangedSinceListed, FetchError
 from batch_assets.source.objects import ReadObject
 
@@ -32,9 +32,9 @@ class WindowStream:
 
     def __init__(self, stage: Callable[[], tuple[str, ReadObject, contextlib.ExitStack]], spec: WindowSpec,
                  wanted: set[int], suffix: str, keep: bool = False,
-                 decide: Callable[[np.ndarray | None, int], ChannelReading] | None = None):
-        """`keep`: cut the mix and each channel (`decode.stream_file`); `decide(channels or None, count)`: how the
-        unit's channels are read, decided once on its first window (`reading`), whichever window is asked for."""
+                 decide: Callable[[np.ndarray | None], ChannelReading] | None = None):
+        """`keep`: cut the mix and each channel (`decode.stream_file`); `decide(channels or None)`: how the unit's
+        channels are read, decided once on its first window (`reading`), whichever window is asked for."""
         self.stage, self.spec, self.wanted, self.suffix = stage, spec, set(wanted), suffix
         self.keep, self.decide, self.reading = keep, decide, None
         self.lock = threading.Lock()
@@ -85,14 +85,10 @@ class WindowStream:
 
     def _as_read(self, samples: np.ndarray) -> np.ndarray:
         """A window as its unit is read: the mix, or (channels, samples) read by channel (decided on the first)."""
-        several = samples.ndim == 2
+        mix, each = split_mix(samples)
         if self.reading is None and self.decide is not None:
-            self.reading = self.decide(samples[:, 1:].T if several else None, samples.shape[1] - 1 if several else 1)
-        if not several:
-            return samples
-        if self.reading is not None and self.reading.separate:
-            return np.ascontiguousarray(samples[:, 1:].T)
-        return np.ascontiguousarray(samples[:, 0])
+            self.reading = self.decide(each)
+        return np.ascontiguousarray(each if self.reading is not None and self.reading.separate else mix)
 
     def close(self) -> None:
         if self.stack is not None:

@@ -18,6 +18,7 @@ identity (`channel_languages`). No Dagster.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from batch_assets.gpu.diarization.vad import VadResult
 from batch_assets.gpu.section.attribution import attribute_speakers
 from batch_assets.ingest.speaker_hints import NO_HINTS, SpeakerHints
 from batch_assets.schema.results import SILENT_REASON, ResultClass
-from batch_assets.source.channels import BLEED_SMOOTH, ChannelReading, frame_db, own_regions
+from batch_assets.source.channels import BLEED_SMOOTH, frame_db, own_regions
 
 CHANNEL_REUSE = "channel"  # `diarization/speakers.segmentation` of a channel's speaker: its speech, not diarized
 
@@ -37,11 +38,10 @@ def channel_piece(unit_piece: str, channel: int) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Separated:
-    """A unit read channel by channel in this flight: its channel pieces (in channel order), how it was read, each
-    channel's speaker name and the channels diarized within themselves."""
+    """A unit read channel by channel in this flight: its channel pieces (in channel order), each channel's speaker
+    name and the channels diarized within themselves."""
 
     pieces: tuple[str, ...]
-    reading: ChannelReading
     speakers: tuple[str, ...]
     diarized: frozenset[int] = frozenset()
 
@@ -75,12 +75,16 @@ def channel_diarization(regions: list[tuple[float, float]], speaker: str) -> Dia
     return DiarizationResult(turns, list(turns), {}, CHANNEL_REUSE)
 
 
+def _label(speaker: str, label: str) -> str:
+    """A diarized channel's speaker: its local label under the channel's speaker name."""
+    return f"{speaker}_{label}"
+
+
 def _named(result: DiarizationResult, speaker: str) -> DiarizationResult:
     """A diarized channel's result with its labels under the channel's speaker name."""
-    name = lambda label: f"{speaker}_{label}"  # noqa: E731
-    return dataclasses.replace(result, turns=[(s, e, name(lab)) for s, e, lab in result.turns],
-                               exclusive_turns=[(s, e, name(lab)) for s, e, lab in result.exclusive_turns],
-                               embeddings={name(lab): v for lab, v in result.embeddings.items()})
+    return dataclasses.replace(result, turns=[(s, e, _label(speaker, lab)) for s, e, lab in result.turns],
+                               exclusive_turns=[(s, e, _label(speaker, lab)) for s, e, lab in result.exclusive_turns],
+                               embeddings={_label(speaker, lab): v for lab, v in result.embeddings.items()})
 
 
 def _segments(words: list, turns: list[tuple[float, float, str]], channel: int) -> list[tuple[float, int, list]]:
@@ -90,19 +94,15 @@ def _segments(words: list, turns: list[tuple[float, float, str]], channel: int) 
     order = sorted(words, key=lambda pair: pair[0].start_s)
     index = attribute_speakers(np.array([w.start_s for w, _ in order]), np.array([w.end_s for w, _ in order]),
                                [(s, e, str(i)) for i, (s, e, _) in enumerate(turns)])
-    runs: list[tuple[float, int, list]] = []
-    for pair, turn in zip(order, index, strict=True):
-        if not runs or runs[-1][3] != (turn, pair[1]):
-            runs.append((pair[0].start_s, channel, [], (turn, pair[1])))
-        runs[-1][2].append(pair)
-    return [(start, ch, run) for start, ch, run, _ in runs]
+    runs = itertools.groupby(zip(order, index, strict=True), key=lambda pair_turn: (pair_turn[1], pair_turn[0][1]))
+    return [(run[0][0].start_s, channel, run) for run in ([pair for pair, _ in grouped] for _, grouped in runs)]
 
 
 def merge(merged, separated: Separated, outcomes: dict):
     """`merged` (the unit's `flight.UnitOutcome`, fresh) made the unit's outcome from its channel pieces' (`outcomes`,
     keyed by piece; they are removed from it)."""
     parts = [outcomes.pop(piece) for piece in separated.pieces]
-    merged.duration_s, merged.channel_reading = max(p.duration_s for p in parts), separated.reading
+    merged.duration_s = max(p.duration_s for p in parts)
     merged.result_class, merged.reason = ResultClass.SILENT, SILENT_REASON
     notes = [f"channel {c}: {p.reason}" for c, p in enumerate(parts)
              if p.reason and p.result_class is not ResultClass.SILENT]
@@ -128,7 +128,7 @@ def merge(merged, separated: Separated, outcomes: dict):
         turns.extend(result.turns)
         exclusive.extend(result.exclusive_turns)
         embeddings.update(result.embeddings)
-        words = part.words if channel not in separated.diarized else [(w, f"{speaker}_{s}") for w, s in part.words]
+        words = part.words if channel not in separated.diarized else [(w, _label(speaker, s)) for w, s in part.words]
         segments.extend(_segments(words, result.exclusive_turns or result.turns, channel))
         if merged.diarization is None or result.reuse != CHANNEL_REUSE:
             merged.diarization = dataclasses.replace(result, turns=[], exclusive_turns=[], embeddings={})

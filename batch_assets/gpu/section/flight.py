@@ -227,7 +227,7 @@ def host_work(models: LoadedModels, done: DeviceDone, stats: SectionStats) -> li
 
 def _separate(uid: str, unit: SectionUnit, reading: ChannelReading) -> Separated:
     """How a unit read channel by channel is processed: a piece per channel, its speakers, its diarized channels."""
-    return Separated(tuple(channel_piece(uid, c) for c in range(reading.channels)), reading,
+    return Separated(tuple(channel_piece(uid, c) for c in range(reading.channels)),
                      tuple(unit.channels.speaker(c) for c in range(reading.channels)),
                      frozenset(unit.channels.diarized))
 
@@ -241,7 +241,8 @@ def _solo_channels(separated: dict[str, Separated], speech: list[str], outcomes:
             vad = outcomes[piece].vad
             if vad is not None and vad.regions and (speaker := unit.solo(piece)) is not None:
                 outcomes[piece].diarization = channel_diarization(vad.regions, speaker)
-                solo |= {piece} & set(speech)
+                if piece in speech:
+                    solo.add(piece)
     return solo
 
 
@@ -249,7 +250,7 @@ def _book_decoded(outcome: UnitOutcome, piece: DecodedPiece) -> None:
     """What decoding says of a processed unit: its sha256, and a length other than listed (a truncated unit that was
     transcribed or silent is `truncated`)."""
     outcome.sha256 = piece.sha256
-    outcome.channel_reading = outcome.channel_reading or piece.reading
+    outcome.channel_reading = piece.reading
     if not piece.note:
         return
     if piece.truncated and outcome.result_class in (ResultClass.TRANSCRIBED, ResultClass.SILENT):
