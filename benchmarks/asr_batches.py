@@ -30,17 +30,14 @@ MODELS = {"tiny": "builtin:tiny-tdt", "production-shaped": "builtin:parakeet-tdt
 def flight(seconds: float):
     """The sample partition's speech as one flight's audio and segments (3-30 s, in unit order)."""
     import numpy as np
-    import soundfile as sf
 
     from batch_assets.gpu.asr.transcribe import Segment
-    from batch_assets.long_units.long_audio import sample_audio_paths
-    from batch_assets.source.decode import to_target
+    from batch_assets.long_units.long_audio import sample_audio_paths, sample_speech
 
     audio, segments, rng = {}, [], np.random.default_rng(56)
     for index, path in enumerate(sample_audio_paths(speech_only=True)):
-        samples, rate = sf.read(str(path), dtype="float32", always_2d=True)
         uid = f"u{index}"
-        audio[uid] = to_target(samples, rate)
+        audio[uid] = sample_speech(path)
         cursor, length = 0.0, len(audio[uid]) / 16_000
         while cursor < length - 1.0:
             end = min(length, cursor + float(rng.uniform(3.0, 30.0)))

@@ -97,15 +97,10 @@ PRESETS = {
 
 
 def generate(folder: pathlib.Path, units: int, min_s: float, max_s: float, silent_share: float, seed: int) -> float:
-    from batch_assets.long_units.long_audio import sample_audio_paths
-    from batch_assets.source.decode import to_target
+    from batch_assets.long_units.long_audio import sample_audio_paths, sample_speech
 
     rng = np.random.default_rng(seed)
-    speech = []
-    for path in sample_audio_paths(speech_only=True):
-        samples, rate = sf.read(path, dtype="float32", always_2d=True)
-        speech.append(to_target(samples, rate))
-    source = np.concatenate(speech)
+    source = np.concatenate([sample_speech(path) for path in sample_audio_paths(speech_only=True)])
     folder.mkdir(parents=True, exist_ok=True)
     total = 0.0
     for i in range(units):

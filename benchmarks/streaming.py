@@ -92,11 +92,11 @@ def decode_cost_by_format(scratch: pathlib.Path, seconds: float = 300.0) -> dict
     import numpy as np
     import soxr
 
-    from batch_assets.long_units.long_audio import sample_audio_paths
+    from batch_assets.long_units.long_audio import sample_audio_paths, sample_speech
     from batch_assets.source.decode import decode_file
     from batch_assets.source.ffmpeg import ffmpeg_exe
 
-    speech = np.concatenate([sf.read(p, dtype="float32")[0] for p in sample_audio_paths(speech_only=True)])
+    speech = np.concatenate([sample_speech(p) for p in sample_audio_paths(speech_only=True)])
     speech = np.resize(speech, int(seconds * 16000))
     costs = {}
     for name, fmt, subtype, suffix, rate, channels in SOURCE_FORMATS:

@@ -1,7 +1,9 @@
 """Generate the bundled sample partitions: real (synthetic) speech with known words and speakers.
 
 espeak-ng voices speak a scripted dialogue turn by turn, with pauses between turns; each unit is
-written in a different container format, and one unit is a silent room. The second day, 2026-01-16, has a
+written in a different container format, and one unit is a silent room. The support call is recorded as contact
+centres record calls: each party on its own channel (`CHANNEL_CALLS`), so the day has a call the pipeline reads
+channel by channel. The second day, 2026-01-16, has a
 three-speaker review meeting with a sidecar (`review.wav.json`: speaker-count hints) and a short call. The
 third, 2026-01-17, has a call or meeting in English, Spanish (one declaring `es` in its sidecar), German and
 Japanese (kana, heard by `builtin:tiny-tdt-ja`). The exact ground truth (speaker turns with their words, and
@@ -92,6 +94,9 @@ DIALOGUES = {
     ],
 }
 SILENT_UNIT = ("silence/empty_room.wav", 20.0)
+# Two-channel calls: the parties in channel order. Each channel holds its party's turns and a room noise floor of its
+# own (a seeded generator per call, so the other files' draws stay as they were).
+CHANNEL_CALLS = {"calls/2026/support_call.flac": ("carol", "dave")}
 
 SECOND_PARTITION = "2026-01-16"
 SECOND_DIALOGUES = {
@@ -200,6 +205,18 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
     return signal, truth
 
 
+def on_channels(signal: np.ndarray, turns: list[dict], parties: tuple[str, ...], seed: int) -> np.ndarray:
+    """(frames, parties): the dialogue `signal` with each party's turns on its own channel; every channel has its
+    own quiet noise floor where its party is silent. The channels summed give the dialogue (with twice the noise
+    power where no one speaks)."""
+    rng = np.random.default_rng(seed)
+    out = rng.normal(0.0, 0.002, size=(len(signal), len(parties))).astype(np.float32)
+    for turn in turns:  # 20 ms either side: a turn's times are rounded to the millisecond
+        start, end = int((turn["start_s"] - 0.02) * SAMPLE_RATE), int((turn["end_s"] + 0.02) * SAMPLE_RATE)
+        out[start:end, parties.index(turn["speaker"])] = signal[start:end]
+    return out
+
+
 def check_vocabulary() -> None:
     from batch_assets.models.sentences import outside_vocabulary
 
@@ -219,6 +236,8 @@ def write_dialogues(dialogues: dict, audio_dir: pathlib.Path, rng: np.random.Gen
         signal, turns_truth = build_dialogue(turns, rng)
         out = audio_dir / rel
         out.parent.mkdir(parents=True, exist_ok=True)
+        if rel in CHANNEL_CALLS:
+            signal = on_channels(signal, turns_truth, CHANNEL_CALLS[rel], seed=66)
         sf.write(out, signal, SAMPLE_RATE)
         if rel in SIDECARS:
             out.with_name(out.name + ".json").write_text(json.dumps(SIDECARS[rel]) + "\n")

@@ -38,9 +38,10 @@ TORCH_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTES
 # The groups that take longest, longest first (`make test` prints the slowest tests): pytest-xdist's workers take
 # them first, so no long group starts last while the other worker idles. A group is a test file (its tests share
 # the file's fixtures); test_deployed is one group per configuration (each builds its own deployment).
-LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_reliability", "test_deployed[local]", "test_webserver",
-                 "test_unwatched", "test_long_units", "test_switches", "test_embedding_trunk", "test_flight_batching",
-                 "test_nothing_worse", "test_batch_invariance", "test_dev", "test_gate", "test_shards"]
+LONGEST_FIRST = ["test_deployed[s3-postgres]", "test_reliability", "test_unwatched", "test_long_units",
+                 "test_webserver", "test_switches", "test_deployed[local]", "test_nothing_worse",
+                 "test_flight_batching", "test_batch_invariance", "test_dev", "test_gate", "test_embedding_trunk",
+                 "test_shards"]
 
 
 def suite_group(nodeid: str) -> str:

@@ -1,4 +1,5 @@
-"""The configuration people deploy, end to end: the real job, its checks, real processes, on both configurations.
+"""The configuration people deploy, end to end: the real job, its checks, real processes, on both configurations
+(each test says which: the suite's budget runs each case once).
 
 `local`: local folders and the SQLite instance (the embedded default). `s3-postgres`: source and storage on a
 real S3 API (moto on loopback), the instance on a real PostgreSQL 15 server on loopback configured as the Helm
@@ -8,10 +9,10 @@ re-executed from failure as the instance's run retries do. A step killed on its 
 need a process per step; where only the run's process is killed, or runs follow one another, the steps run in
 the run's own process (`in_process=True`, tests/deployments.py).
 
-The sample partition runs with every unit in a flight of its own and at most 90 audio seconds per shard (two
-flights, two flights, one flight), so each run has 3 shard steps (the kill cases: 75 s, 4 shard steps of one, one,
-one and two flights); results are compared with the same partition processed in one process and one shard
-(`flights_of_one`, conftest).
+The sample partition runs with every unit in a flight of its own and at most 135 audio seconds per shard (each
+channel of the two-channel call counted: 45 + 85 s, then 34 + 50 + 20 s), so each run has 2 shard steps of two and
+three flights (the kill cases: 75 s, 4 shard steps of one, one, one and two flights); results are compared with
+the same partition processed in one process and one shard (`flights_of_one`, conftest).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import polars as pl
 import pytest
 
 from batch_assets.cli.run_output import RunWatcher
+from batch_assets.gpu.steps.resume import shards_of
 from batch_assets.gpu.steps.shard_work import read_planned_flights
-from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.storage.resource import SAMPLE_PARTITION
 from batch_assets.switches import SWITCHES
 
@@ -39,7 +40,8 @@ pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a depl
 
 P, P2 = SAMPLE_PARTITION, "2026-01-16"
 SAMPLE = SAMPLE_SOURCE / P
-SHARDED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": 90.0}}}}
+SHARD_S = 135.0  # 2 shards: the first of two flights (the interview, then the call), the second of three
+SHARDED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": SHARD_S}}}}
 KILLED_SHARD_S = 75.0  # 4 shards: bar 9's case of issue 20 (a partition of 4 shards killed in its first)
 KILLED = {"ops": FLIGHTS_OF_ONE | {"gpu_section": {"config": {"shard_audio_seconds": KILLED_SHARD_S}}}}
 EXACT_LEVER = next(s for s in SWITCHES if s.name == "host_overlap_enabled")
@@ -93,13 +95,15 @@ def _imported(deployment, pid: int) -> list[str]:
     return json.loads((folder / "imported.json").read_text())["model_libraries"]
 
 
+@pytest.mark.parametrize("deployment", ["s3-postgres"], indirect=True)  # the suite's budget: locally, a kill and
+# its resume are the 4-shard and re-planned runs' tests below, late audio test_late_audio's
 def test_the_sample_partition(deployment, flights_of_one):
-    """The sample partition in 3 shards, the first GPU step's process killed once its first flight is committed (a
+    """The sample partition in 2 shards, the first GPU step's process killed once its first flight is committed (a
     step pod lost with its GPU node; the run's own process lives on): the step's RetryPolicy reruns it in a fresh
     process, which resumes from the commits, and the run succeeds with the same tables as one process and one
     shard.
 
-    Over 60 s here: the whole day in 3 shard steps, one killed and retried in a
+    Over 60 s here: the whole day in 2 shard steps, one killed and retried in a
     fresh process: the kill is what is tested.
     """
     first = f"gpu_shard[{P.replace('-', '')}_s000]"  # two flights: killed while it processes its second
@@ -107,7 +111,7 @@ def test_the_sample_partition(deployment, flights_of_one):
         lambda: any(c.endswith("/flight-0000.commit.json") for c in _commits(deployment)), first,
         lambda: _commits(deployment), partition=P, run_config=SHARDED)
     assert answer["success"], answer["log"].read_text()[-5000:]
-    shards = plan_shards([(f.flight_id, f.audio_s) for f in read_planned_flights(deployment.storage, P)], 90.0)
+    shards = shards_of(read_planned_flights(deployment.storage, P), SHARD_S)
     index = int(killed.rsplit("_s", 1)[1].rstrip("]"))
     kept = [f for f in shards[index] if any(c.endswith(f"/{f}.commit.json") for c in committed)]
     with deployment.instance() as instance:
@@ -115,8 +119,8 @@ def test_the_sample_partition(deployment, flights_of_one):
     retried = [e.step_key for e in retries]
     assert retried == [killed], (retried, killed)
     print(f"{deployment.name}: sample partition ({len(tables_of(flights_of_one)['transcripts', 'units'])} units, "
-          f"every unit a flight, 3 shards; {killed} killed with {len(kept)} of its flights committed, retried) in "
-          f"{answer['wall_s']:.1f} s")
+          f"every unit a flight, {len(shards)} shards; {killed} killed with {len(kept)} of its flights committed, "
+          f"retried) in {answer['wall_s']:.1f} s")
     assert_same_results(tables_of(flights_of_one), tables_of(deployment.storage))
     # each GPU step logged a progress line per flight it committed, as `batch-assets run` prints them (replayed
     # from the run's event log), the last ("n of n flights done") before the step's own line
@@ -131,7 +135,7 @@ def test_the_sample_partition(deployment, flights_of_one):
         logged = [f for f in flights if any(f"({f} committed)" in line for line in progress)]
         assert set(flights) - set(logged) <= set(kept), (flights, progress)  # the killed attempt's last may be lost
     meta = _metadata(deployment, answer["run_id"])
-    assert meta["shards"].value >= 3
+    assert meta["shards"].value == len(shards) and [len(s) for s in shards] == [2, 3]  # the call weighs 85 s
     assert meta["resumed_flights"].value == len(kept)  # the killed step's commits were not processed again
     assert meta["decoder_checks_skipped"].value == 1  # the silent room's flight made no ASR call
     with deployment.instance() as instance:
@@ -145,20 +149,20 @@ def test_the_sample_partition(deployment, flights_of_one):
     # a GPU only where GPU work is: nothing left over, so no leftover step; the listing and the assembly are CPU steps
     assert _started(deployment, answer["run_id"], "list_leftover_flights")
     assert not _started(deployment, answer["run_id"], "gpu_leftover[") and meta["leftover_steps"].value == 0
-    if deployment.name == "s3-postgres":  # each step ran in a process of its own, sharing nothing local
-        failed_like = _failed_like(deployment, answer["run_id"])
-        try:  # the chart's instance relaunches a run whose step failed (a step pod lost past its retries)
-            assert _retried_by_the_instance(deployment, failed_like)
-        finally:
-            with deployment.instance() as instance:
-                instance.delete_run(failed_like)
+    # each step ran in a process of its own, sharing nothing local
+    failed_like = _failed_like(deployment, answer["run_id"])
+    try:  # the chart's instance relaunches a run whose step failed (a step pod lost past its retries)
+        assert _retried_by_the_instance(deployment, failed_like)
+    finally:
         with deployment.instance() as instance:
-            steps = {e.step_key for e in instance.all_logs(answer["run_id"]) if e.step_key}
-        assert len(deployment.processes()) > len(steps), (len(deployment.processes()), steps)
-        [assembly] = _started(deployment, answer["run_id"], "assemble_gpu_tables").values()
-        assert _imported(deployment, assembly) == []  # no model library in the assembly's process
-        assert {"nemo", "pyannote.audio", "torch"} <= {m for pid in _started(deployment, answer["run_id"], "gpu_shard[")
-                                                       .values() for m in _imported(deployment, pid)}
+            instance.delete_run(failed_like)
+    with deployment.instance() as instance:
+        steps = {e.step_key for e in instance.all_logs(answer["run_id"]) if e.step_key}
+    assert len(deployment.processes()) > len(steps), (len(deployment.processes()), steps)
+    [assembly] = _started(deployment, answer["run_id"], "assemble_gpu_tables").values()
+    assert _imported(deployment, assembly) == []  # no model library in the assembly's process
+    assert {"nemo", "pyannote.audio", "torch"} <= {m for pid in _started(deployment, answer["run_id"], "gpu_shard[")
+                                                   .values() for m in _imported(deployment, pid)}
 
 
 def _failed_like(deployment, run_id: str) -> str:
@@ -219,8 +223,7 @@ def test_a_kill_in_the_first_of_4_shards_resumes_every_flight(deployment, flight
     # re-executed after a redeploy that switched an exact lever off: it changes no result, so no commit is redone
     answer = deployment.run(reexecute_from=dead, env={EXACT_LEVER.env_var: "false"}, in_process=True)
     assert answer["success"], answer["log"].read_text()[-5000:]
-    shards = plan_shards([(f.flight_id, f.audio_s) for f in read_planned_flights(deployment.storage, P)],
-                         KILLED_SHARD_S)
+    shards = shards_of(read_planned_flights(deployment.storage, P), KILLED_SHARD_S)
     assert len(shards) == 4, shards
     keys = {f"gpu_section.gpu_shard[{P.replace('-', '')}_s{i:03d}]": i for i in range(len(shards))}
     started, rerun = _started(deployment, dead, "gpu_shard["), _started(deployment, answer["run_id"], "gpu_shard[")
@@ -269,6 +272,7 @@ def refusing_writes(deployment, under: str):
         blocker.unlink()
 
 
+@pytest.mark.parametrize("deployment", ["s3-postgres"], indirect=True)  # the suite's budget, as above
 def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(deployment, sample_run):
     """Why 5 of issue 20: assembly fails on the backfill's second partition (its storage refuses writes); the
     re-execution keeps the first partition as written (its commits are gone) and completes the second. Then an
@@ -282,8 +286,8 @@ def test_a_backfill_failing_on_its_second_partition_resumes_where_it_stopped(dep
     with refusing_writes(deployment, f"transcripts/{P2}"):
         failed = deployment.run(partition=P, last=P2, in_process=True)
     assert not failed["success"]
-    if deployment.name == "s3-postgres":  # the chart's instance retries runs whose steps failed, not a refused one
-        assert not _retried_by_the_instance(deployment, failed["run_id"])
+    # the chart's instance retries runs whose steps failed, not a refused one
+    assert not _retried_by_the_instance(deployment, failed["run_id"])
     assert not _files(deployment, f"transcripts/{P2}")
     first = _modified(deployment, f"transcripts/{P}")
     assert first

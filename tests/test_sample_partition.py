@@ -195,9 +195,12 @@ def test_batch_assets_show_prints_the_same_turns(sample_run):
                             "calls/2026/support_call.flac"], capture_output=True, text=True, env=env, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr == ""  # the answer alone: Dagster's preview/beta warnings are filtered where they are raised
-    lines = [line for line in shown.stdout.splitlines() if line.startswith("SPEAKER_")]
+    lines = [line for line in shown.stdout.splitlines() if line.startswith("CHANNEL_")]
     transcript = _metadata(result, "transcripts")["transcript"].value
     assert lines and all(line in transcript for line in lines)
+    # the sample's call has each party on its own channel: read by channel, its speakers named by channel
+    assert "2 channels read by channel" in shown.stdout and {line.split()[0] for line in lines} == {
+        "CHANNEL_0", "CHANNEL_1"}, shown.stdout
     assert shown.stdout.count("calls__2026__support_call.flac (") == 1 and "meetings__" not in shown.stdout
     missing = subprocess.run([sys.executable, "-m", "batch_assets.cli", "show", "--partition", P, "--unit", "nope.wav"],
                              capture_output=True, text=True, env=env, timeout=120)

@@ -30,7 +30,7 @@ from .conftest import make_resources, materialize_partition
 from .partition_sources import make_source
 
 P = SAMPLE_PARTITION
-PREFIX = re.compile(r"^\[(SPEAKER_\d+|SPEAKER_\?)\] ")
+PREFIX = re.compile(r"^\[([A-Za-z0-9_]+|SPEAKER_\?)\] ")
 
 
 def _tables(storage) -> dict[str, pl.DataFrame]:

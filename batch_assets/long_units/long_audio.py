@@ -18,7 +18,7 @@ import pathlib
 
 import numpy as np
 
-from batch_assets.source.decode import TARGET_SAMPLE_RATE, decode_file, suffix_of
+from batch_assets.source.decode import TARGET_SAMPLE_RATE, decode_channels, suffix_of
 
 SAMPLE_ROOT = pathlib.Path(__file__).resolve().parents[2] / "sample_data"
 
@@ -58,13 +58,21 @@ def sample_audio_paths(root: pathlib.Path = SAMPLE_ROOT, speech_only: bool = Fal
                   if truth["turns"] or not speech_only)
 
 
+def sample_speech(path: pathlib.Path) -> np.ndarray:
+    """A sample file's samples, 16 kHz mono, each voice at the level it was spoken: a two-channel sample call (each
+    party on its own channel, `scripts/make_sample_data.py`) is its channels summed (a mix would halve each voice)."""
+    mix, each, _ = decode_channels(str(path), suffix_of(path.name))
+    return mix if each is None else each.sum(axis=0, dtype=np.float32)
+
+
 def sample_dialogues(root: pathlib.Path = SAMPLE_ROOT, language: str = "en") -> list[Dialogue]:
-    """Every sample unit with speech in `language`, decoded, with its true turns (in partition, then key order)."""
+    """Every sample unit with speech in `language`, decoded (`sample_speech`), with its true turns (in partition,
+    then key order)."""
     dialogues = []
     for partition, key, truth in _sample_units(root, language):
         if not truth["turns"]:
             continue
-        audio, _ = decode_file(str(root / "audio" / partition / key), suffix_of(key))
+        audio = sample_speech(root / "audio" / partition / key)
         dialogues.append(Dialogue(f"{partition}/{key}", audio,
                                   [(t["start_s"], t["end_s"], t["speaker"]) for t in truth["turns"]],
                                   tuple(t["text"] for t in truth["turns"])))

@@ -16,7 +16,8 @@ the decoded 16 kHz channels of a two-channel object (`auto` mixes any other coun
 The figure (`ChannelReading.lead`: the smaller channel's share) is kept on the unit's row. Read by channel, a
 channel's speech is what VAD finds on it less where another channel is `LEAD_DB` louder (`own_regions`, levels
 averaged over 200 ms): a party's echo or bleed on the other party's channel (line echo, a headset) is not that
-channel's speech, while overlapping speech, each party loud on its own channel, stays on both. Nothing here imports
+channel's speech, while overlapping speech, each party loud on its own channel, stays on both; nor is a stretch less
+than `QUIET_DB` above the channel's own noise floor (a VAD false alarm on a line's idle noise). Nothing here imports
 a model.
 """
 
@@ -36,6 +37,8 @@ LEAD_DB = 10.0
 LEAD_SHARE = 0.1
 MIN_SOUND_FRAMES = 25  # half a second of sound: less says nothing, mixed
 BLEED_SMOOTH = 10  # frames (200 ms) a channel's level is averaged over to tell its own speech from the other's echo
+QUIET_DB = 10.0  # a channel's speech is at least this far above its noise floor (its quietest `FLOOR_SHARE` of frames)
+FLOOR_SHARE = 5.0  # percent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +71,12 @@ def frame_db(channel: np.ndarray, smooth: int = 1) -> np.ndarray:
 def own_regions(regions: list[tuple[float, float]], own_db: np.ndarray, other_db: np.ndarray,
                 shortest_s: float = 0.1) -> list[tuple[float, float]]:
     """A channel's speech `regions` without the stretches another channel is `LEAD_DB` louder over (its party's
-    echo or bleed: a channel's own speech, never quieter than the other side's), pieces shorter than `shortest_s`
-    dropped. `own_db`, `other_db`: the channels' smoothed frame levels (`frame_db`)."""
-    own = other_db[: len(own_db)] - own_db[: len(other_db)] < LEAD_DB
+    echo or bleed: a channel's own speech, never quieter than the other side's) and those less than `QUIET_DB` above
+    the channel's own noise floor (a VAD false alarm on the line's idle noise while the other party talks), pieces
+    shorter than `shortest_s` dropped. `own_db`, `other_db`: the channels' smoothed frame levels (`frame_db`)."""
+    n = min(len(own_db), len(other_db))
+    floor = float(np.percentile(own_db[:n], FLOOR_SHARE)) if n else 0.0
+    own = (other_db[:n] - own_db[:n] < LEAD_DB) & (own_db[:n] >= floor + QUIET_DB)
     step, kept = FRAME / 16_000, []
     for start, end in regions:
         first, last = int(start / step), min(int(np.ceil(end / step)), len(own))

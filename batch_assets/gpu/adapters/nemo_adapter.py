@@ -1,5 +1,5 @@
-"""NeMo's private reaches in one place: the NVRTC compile-log buffer of its CUDA-graph decoders, and the token
-durations of its TDT label-looping decoder without CUDA graphs, and its per-feature normalization's padded sums.
+"""NeMo's private reaches in one place: the NVRTC compile-log buffer of its CUDA-graph decoders, the token durations
+and state rows of its TDT label-looping decoder, and its per-feature normalization's padded sums.
 
 1. NVRTC log. NeMo 3.0.0's `run_nvrtc` (`nemo/core/utils/cuda_python_utils.py`), which the TDT and RNNT
 label-looping decoders (and the CTC and beam decoders) call to build their CUDA-graph kernels, hands NVRTC
@@ -18,24 +18,23 @@ NeMo 3.0.0 functions made them depend on it, measured on the builtin and product
 - `GreedyBatchedTDTLabelLoopingComputer.torch_impl`, the decoder that runs on a CPU and on CUDA without graphs
   (lever 3 off), recomputes `durations` for the whole batch in its inner loop: a hypothesis that found its token in
   the first joint call, while a batch companion still searches, is stored with the duration predicted at the frame
-  after it. A word's end is its last token's start plus its duration, so word ends moved by encoder frames. NeMo's
-  stateful implementation (`cuda_graphs_impl`, the one its CUDA graphs capture) keeps each hypothesis's own
-  duration (`torch.where(advance_mask, more_durations, durations)`); `torch_impl` now runs it in NeMo's own
-  `no_graphs` mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps, over a state of as
-  many rows as the ASR batch size (`decoder_rows`): a short last batch, and whatever ran before, do not change the
-  row count of the decoder's GEMMs.
+  after it, so word ends moved by encoder frames. NeMo's stateful implementation (`cuda_graphs_impl`, the one its
+  CUDA graphs capture) keeps each hypothesis's own duration; `torch_impl` now runs it in NeMo's own `no_graphs`
+  mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps. That state (and the graphs
+  captured for it) grows only with the largest batch the process has seen; in every mode it now has as many rows as
+  the ASR batch size (`decoder_rows`, `_sized_cuda_graphs_impl`): a short last batch, and whatever ran before, do
+  not change the row count of the decoder's GEMMs (graphs are recaptured when the batch size changes).
 - `normalize_batch` (the preprocessor's `per_feature` normalization) sums each row's frames over the batch's padded
   length, zeros included, so the reduction, and a feature's last bits, change with the longest companion: a word's
   score moved in its fourth decimal. `_per_row_normalize_batch` reduces each row over a contiguous copy of its own
   frames. Given equal features the encoder's rows are bitwise equal whatever the batch (measured on CPU).
 `install_batch_invariance()` installs both, once per process (`gpu/asr/transcribe.py` calls it before each batch).
 
-Each replaces only the function it was written against (`NEMO_RUN_NVRTC_SHA256`, `NEMO_TDT_TORCH_IMPL_SHA256`,
-`NEMO_NORMALIZE_BATCH_SHA256`: their sources); any other, or a source that cannot be read (NeMo installed
-without its `.py` files), leaves NeMo as it is and says so (a result-moving fix left out is recorded in each commit
-the process makes, which is then never reused: `absent_fixes`), and `tests/test_nvrtc_log.py` /
-`tests/test_batch_invariance.py` fail on the upgrade so that someone looks (NeMo may have fixed it upstream: then
-drop the fix).
+Each replaces only the function it was written against (the `NEMO_*_SHA256` of their sources); any other, or a
+source that cannot be read (NeMo installed without its `.py` files), leaves NeMo as it is and says so (a
+result-moving fix left out is recorded in each commit the process makes, which is then never reused:
+`absent_fixes`), and `tests/test_nvrtc_log.py` / `tests/test_batch_invariance.py` fail on the upgrade so that
+someone looks (NeMo may have fixed it upstream: then drop the fix).
 """
 
 from __future__ import annotations
@@ -52,9 +51,10 @@ NEMO_VERSION = "3.0.0"
 NEMO_RUN_NVRTC_SHA256 = "98500fc57bd38d17ec1aaef247b7bd28fb3b33296376c0bbdf1d1947a2a3d15b"
 TDT_MODULE = "nemo.collections.asr.parts.submodules.transducer_decoding.tdt_label_looping"
 TDT_COMPUTER = "GreedyBatchedTDTLabelLoopingComputer"
-# sha256 of `inspect.getsource(GreedyBatchedTDTLabelLoopingComputer.torch_impl)` in NeMo 3.0.0: the one whose inner
-# loop overwrites a finished hypothesis's duration
+# sha256 of `inspect.getsource` in NeMo 3.0.0 of the computer's `torch_impl` (its inner loop overwrites a finished
+# hypothesis's duration) and `cuda_graphs_impl` (its state, graphs captured for it, grows only with the largest batch)
 NEMO_TDT_TORCH_IMPL_SHA256 = "fddc4e6255a84e332d4bd149a5db8e28c444e94f3f641bd50dfadaf7527ae9a9"
+NEMO_TDT_CUDA_GRAPHS_IMPL_SHA256 = "6b455e8502d790954d9f2aa312fa9a8657c7d29570e61d9f85c2ca5196fb32a5"
 FEATURES_MODULE = "nemo.collections.asr.parts.preprocessing.features"
 # sha256 of `inspect.getsource(normalize_batch)` in NeMo 3.0.0: its per_feature statistics reduce over the padded length
 NEMO_NORMALIZE_BATCH_SHA256 = "0d97645b6e6b6e22c276a21d24b834297b9214d6e4abada770697aa750f0a152"
@@ -107,20 +107,15 @@ def _run_nvrtc(kernel_string: str, kernel_name: bytes, program_name: bytes):
 _ORIGINAL: list = []  # NeMo's function, once `install_nvrtc_fix` replaced it
 
 
-def _source_digest(function, where: str) -> str:
-    """sha256 of a NeMo function's source; `NemoChanged` when it cannot be read (NeMo without its `.py` files)."""
+def _require_source(function, where: str, expected: str, what_to_check: str) -> None:
+    """`NemoChanged` unless `function`'s source has the sha256 the adapter was written against (the message says
+    `what_to_check` before the fix is dropped or updated), or when it cannot be read (NeMo without its `.py` files)."""
     try:
-        return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+        digest = hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
     except (OSError, TypeError) as error:
         raise NemoChanged(f"cannot read the source of {where} ({type(error).__name__}: {error}): install NeMo with its "
                           "source files, or check by hand and update batch_assets/gpu/adapters/nemo_adapter.py"
                           ) from None
-
-
-def _require_source(function, where: str, expected: str, what_to_check: str) -> None:
-    """`NemoChanged` unless `function`'s source has the sha256 the adapter was written against; the message says
-    `what_to_check` before the fix is dropped or updated."""
-    digest = _source_digest(function, where)
     if digest != expected:
         raise NemoChanged(f"{where} changed since NeMo {NEMO_VERSION} (source sha256 {digest[:16]}…): check whether "
                           f"{what_to_check} (fixed upstream: drop the fix) and update "
@@ -161,34 +156,42 @@ def install_nvrtc_fix() -> list[str]:
     return patched
 
 
-_DECODER_ROWS = [0]  # the rows the stateful decoder's state has: the section's ASR batch size (`decoder_rows`)
+_DECODER_ROWS = [0]  # the rows the TDT decoder's state has: the section's ASR batch size (`decoder_rows`)
 
 
 def decoder_rows(rows: int) -> None:
-    """The rows of the TDT decoder's state from now on in this process: the ASR batch size, so that every batch, a
-    short last one too, runs the prediction network and the joint over the same number of rows (a GEMM of another
-    row count may sum in another order), whichever batches ran before it."""
+    """The TDT decoder's state rows from now on in this process: the ASR batch size, so that every batch (a short last
+    one too, whatever ran before) runs its GEMMs over the same row count (another may sum in another order)."""
     _DECODER_ROWS[0] = rows
+
+
+def _sized_cuda_graphs_impl(self, encoder_output, encoder_output_length, prev_batched_state=None,
+                            multi_biasing_ids=None):
+    """NeMo's `cuda_graphs_impl` (lever 3's graphs, and the eager `no_graphs` mode) over a state rebuilt (in a graphs
+    mode: its graphs recaptured) unless it has `decoder_rows` rows (more for a larger batch), room for this batch's
+    frames, this device, and the graphs its mode replays: the graph decoder's rows are the eager decoder's."""
+    import torch
+
+    rows, state = max(_DECODER_ROWS[0], encoder_output.shape[0]), self.state
+    uncaptured = self.cuda_graphs_mode is not self.CudaGraphsMode.NO_GRAPHS and self.full_graph is None and (
+        self.separate_graphs is None)
+    if (state is None or uncaptured or state.batch_size != rows or state.max_time < encoder_output.shape[1]
+            or state.device != encoder_output.device):
+        width = self.joint.project_encoder(encoder_output[:1, :1]).shape[-1]
+        dtype = next(self.joint.parameters()).dtype
+        self._graph_reinitialize(torch.zeros((rows, encoder_output.shape[1], width), dtype=dtype,
+                                             device=encoder_output.device))
+    return self._nemo_cuda_graphs_impl(encoder_output=encoder_output, encoder_output_length=encoder_output_length,
+                                       prev_batched_state=prev_batched_state, multi_biasing_ids=multi_biasing_ids)
 
 
 def _stateful_torch_impl(self, encoder_output, encoder_output_length, prev_batched_state=None,
                          multi_biasing_ids=None):
     """`torch_impl` as NeMo's stateful implementation in its `no_graphs` mode: the steps its CUDA graphs capture,
-    run eagerly, each hypothesis keeping its own token durations, over a state of `decoder_rows` rows (NeMo's own
-    grows with the largest batch seen, so a row's last bits would depend on what the process decoded before)."""
-    import torch
-
+    run eagerly, each hypothesis keeping its own token durations, over the state `_sized_cuda_graphs_impl` sizes."""
     mode = self.cuda_graphs_mode
     self.cuda_graphs_mode = self.CudaGraphsMode.NO_GRAPHS
     try:
-        rows = max(_DECODER_ROWS[0], encoder_output.shape[0])
-        state = self.state
-        if (state is None or state.batch_size != rows or state.max_time < encoder_output.shape[1]
-                or state.device != encoder_output.device):
-            width = self.joint.project_encoder(encoder_output[:1, :1]).shape[-1]
-            dtype = next(self.joint.parameters()).dtype
-            self._graph_reinitialize(torch.zeros((rows, encoder_output.shape[1], width), dtype=dtype,
-                                                 device=encoder_output.device))
         return self.cuda_graphs_impl(encoder_output=encoder_output, encoder_output_length=encoder_output_length,
                                      prev_batched_state=prev_batched_state, multi_biasing_ids=multi_biasing_ids)
     finally:
@@ -196,18 +199,20 @@ def _stateful_torch_impl(self, encoder_output, encoder_output_length, prev_batch
 
 
 def nemo_tdt_computer():
-    """NeMo's TDT label-looping computer class, checked to be the one `_stateful_torch_impl` was written for
-    (`NemoChanged` otherwise)."""
+    """NeMo's TDT label-looping computer class, checked to be the one the two replacements were written for."""
     try:
         computer = getattr(importlib.import_module(TDT_MODULE), TDT_COMPUTER)
         original = computer.__dict__.get("_nemo_torch_impl", computer.torch_impl)
-        computer.CudaGraphsMode.NO_GRAPHS, computer.cuda_graphs_impl  # noqa: B018 (what the fix runs)
+        graphs = computer.__dict__.get("_nemo_cuda_graphs_impl", computer.cuda_graphs_impl)
+        computer.CudaGraphsMode.NO_GRAPHS, computer._graph_reinitialize  # noqa: B018 (what the fix runs)
     except (ImportError, AttributeError) as error:
         raise NemoChanged(f"{TDT_MODULE}.{TDT_COMPUTER} is not as in NeMo {NEMO_VERSION} ({error}): check whether its "
                           "torch_impl still overwrites a finished hypothesis's duration and update "
                           "batch_assets/gpu/adapters/nemo_adapter.py") from None
     _require_source(original, f"{TDT_COMPUTER}.torch_impl", NEMO_TDT_TORCH_IMPL_SHA256,
                     "its inner loop still overwrites `durations` for the whole batch")
+    _require_source(graphs, f"{TDT_COMPUTER}.cuda_graphs_impl", NEMO_TDT_CUDA_GRAPHS_IMPL_SHA256,
+                    "its state (and the graphs captured for it) still grows only with the largest batch")
     return computer
 
 
@@ -268,18 +273,18 @@ def absent_fixes() -> tuple[str, ...]:
 
 
 def install_batch_invariance() -> list[str]:
-    """Once per process: the TDT decoder's `torch_impl` becomes NeMo's stateful implementation in `no_graphs` mode
-    (every instance, built or rebuilt), and the preprocessor's `normalize_batch` the per-row one. Returns what this
-    call installed (none when tried before); a NeMo function that is not the known one is left as it is, with a
-    warning."""
+    """Once per process: the TDT decoder's `torch_impl` becomes NeMo's stateful implementation in `no_graphs` mode and
+    its state is sized by `decoder_rows` in every mode (every instance, built or rebuilt), and the preprocessor's
+    `normalize_batch` is the per-row one. Returns what this call installed (none when tried before); a NeMo function
+    that is not the known one is left as it is, with a warning."""
     if _INVARIANCE_TRIED:
         return []
     _INVARIANCE_TRIED.append(True)
     installed = []
     try:
         computer = nemo_tdt_computer()
-        computer._nemo_torch_impl = computer.torch_impl
-        computer.torch_impl = _stateful_torch_impl
+        computer._nemo_torch_impl, computer._nemo_cuda_graphs_impl = computer.torch_impl, computer.cuda_graphs_impl
+        computer.torch_impl, computer.cuda_graphs_impl = _stateful_torch_impl, _sized_cuda_graphs_impl
         installed.append("tdt token durations")
     except NemoChanged as error:
         _log.warning("TDT duration fix not installed, batch companions may move word ends: %s", error)

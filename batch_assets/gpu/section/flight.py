@@ -162,6 +162,7 @@ def device_work(models: LoadedModels, flight_id: str, audio: np.ndarray, units: 
         speech = resolve_languages(models, waveforms, outcomes, declared, vad_speech, stats)
     solo = _solo_channels(separated, speech, outcomes)
     diarize = [uid for uid in speech if uid not in solo]
+    stats.segmentation_forwards["vad_of_diarized_units"] += sum(found.results[uid].forwards for uid in diarize)
     reuse = levers.vad_segmentation_reuse_enabled
     calls = {uid: DiarizationCall(**levers.embedding_options(), vad_scores=outcomes[uid].vad.scores if reuse else None)
              for uid in diarize}
@@ -217,12 +218,14 @@ def host_work(models: LoadedModels, done: DeviceDone, stats: SectionStats) -> li
         )
         outcome.words = list(zip(unit_words, speakers, strict=True))
     stats.add("attribution", 0.0, time.perf_counter() - started)
+    owner = {piece: uid for uid, separated in done.separated.items() for piece in separated.pieces}
+    order = list(dict.fromkeys(owner.get(key, key) for key in outcomes))  # a unit read by channel in its place
     for uid, separated in done.separated.items():
         outcomes[uid] = merge(UnitOutcome(uid, done.flight_id, 0.0, ResultClass.SILENT), separated, outcomes)
     for uid, piece in done.decoded.items():
         if piece.problem is None and uid in outcomes:
             _book_decoded(outcomes[uid], piece)
-    return list(outcomes.values())
+    return [outcomes[uid] for uid in order]
 
 
 def _separate(uid: str, unit: SectionUnit, reading: ChannelReading) -> Separated:
@@ -273,7 +276,6 @@ def _book_vad(found: FlightVad, outcomes: dict[str, UnitOutcome], stats: Section
         else:
             speech.append(uid)
     stats.segmentation_forwards["vad"] += found.forwards
-    stats.segmentation_forwards["vad_of_diarized_units"] += sum(found.results[uid].forwards for uid in speech)
     return speech
 
 

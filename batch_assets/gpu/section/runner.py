@@ -35,10 +35,11 @@ from batch_assets.source.pieces import FlightAudio
 
 @dataclasses.dataclass(frozen=True)
 class FlightWork:
-    """One flight to process: its id, its audio seconds, and its units to process."""
+    """One flight to process: its id, its seconds with each channel of a multichannel unit counted (what the
+    prepare-ahead budget weighs: `PlannedFlight.load_s`), and its units to process."""
 
     flight_id: str
-    audio_s: float
+    load_s: float
     units: list[SectionUnit]
 
 
@@ -122,7 +123,7 @@ def run_section(
                                                             levers.tf32_enabled))
     if not flights:
         return report
-    feed = FlightFeed([(f.flight_id, f.audio_s) for f in flights], load=load,
+    feed = FlightFeed([(f.flight_id, f.load_s) for f in flights], load=load,
                       prepare_ahead=levers.prepare_flight_enabled, budget_s=levers.decode_budget_seconds,
                       workers=levers.prepare_workers)
     work = {f.flight_id: f for f in flights}

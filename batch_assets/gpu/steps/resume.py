@@ -37,6 +37,7 @@ import polars as pl
 from batch_assets.gpu.steps.shard_values import ShardSpec
 from batch_assets.gpu.steps.shards import plan_shards
 from batch_assets.schema.results import ResultClass
+from batch_assets.source.decode import TARGET_SAMPLE_RATE
 from batch_assets.source.identity import identity_columns
 
 LEFTOVER_STEP = "gpu_section.gpu_leftover"
@@ -49,12 +50,19 @@ class PlannedFlight:
     num_units: int
     fingerprint: str
     windowed: tuple[str, ...] = ()  # the long units whose windows the flight holds
+    heard_s: float | None = None  # its seconds with each channel of a multichannel unit counted (None: audio_s)
+
+    @property
+    def load_s(self) -> float:
+        """What the flight weighs in a shard and in the prepare-ahead budget: each channel's seconds of a unit with
+        several (it may be read channel by channel, each channel decoded and held: `source/channels.py`)."""
+        return self.audio_s if self.heard_s is None else self.heard_s
 
 
 def shards_of(planned: list[PlannedFlight], shard_audio_seconds: float) -> list[list[str]]:
     """The flights grouped into shards (`plan_shards`), a long unit's windows kept in one shard."""
     joined = [i > 0 and bool(set(f.windowed) & set(planned[i - 1].windowed)) for i, f in enumerate(planned)]
-    return plan_shards([(f.flight_id, f.audio_s) for f in planned], shard_audio_seconds, joined)
+    return plan_shards([(f.flight_id, f.load_s) for f in planned], shard_audio_seconds, joined)
 
 
 def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.DataFrame,
@@ -67,6 +75,9 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
     checksums = {uid: None if identity is None else identity.token()
                  for uid, identity in zip(manifest["unit_id"], identity_columns(manifest), strict=True)}
     chosen = None if units is None else set(units)
+    channels = dict(zip(manifest["unit_id"], manifest["channels"], strict=True)) if "channels" in manifest.columns \
+        else {}
+    heard: dict[str, float] = {}
     by_flight: dict[str, list[list]] = {}
     windowed: dict[str, set[str]] = {}
     wanted: set[str] = set()
@@ -79,6 +90,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         if inputs is not None:
             part.append(inputs.get(row["unit_id"]))
         by_flight.setdefault(row["flight_id"], []).append(part)
+        heard[row["flight_id"]] = heard.get(row["flight_id"], 0.0) + row["num_samples"] / TARGET_SAMPLE_RATE * max(
+            1, channels.get(row["unit_id"]) or 1)
         if chosen is None or (row["unit_id"] in chosen and row["result_class"] == str(ResultClass.OK)):
             wanted.add(row["flight_id"])
     out = []
@@ -90,7 +103,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
             parts = [*parts, sorted({part[0] for part in parts} & chosen)]
         digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
         out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest,
-                                 tuple(sorted(windowed.get(row["flight_id"], ())))))
+                                 tuple(sorted(windowed.get(row["flight_id"], ()))),
+                                 round(heard.get(row["flight_id"], float(row["audio_s"])), 3)))
     return out
 
 

@@ -205,7 +205,7 @@ def process_flights(context, config: ShardConfig, storage: StorageResource, gpu:
 
         try:
             section = run_section(
-                models, [FlightWork(f, planned[f].audio_s, units_by_flight.get(f, [])) for f in pending], levers,
+                models, [FlightWork(f, planned[f].load_s, units_by_flight.get(f, [])) for f in pending], levers,
                 load=source.load, commit=commit, section=gpu.section(), checkpoint=stops.checkpoint,
             )
         except DeviceFault as error:
