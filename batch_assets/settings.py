@@ -136,7 +136,7 @@ class Settings:
     # 25 audio-hours: a GPU step's fixed cost (model imports and load, first-flight warm-up, CUDA-graph capture:
     # ~40 s on the H200) under 10 % of the step at 250 audio-h/GPU-h (docs/gpu-section.md: shards)
     shard_audio_seconds: int = _variable("BATCH_ASSETS_SHARD_AUDIO_SECONDS", _p(env_int, 90000, 60, 10**7), "90000",
-                                         "most audio seconds per GPU step (shard), 60–10,000,000")
+                                         "most audio seconds per GPU step (shard), each channel's counted, 60–10^7")
     gpu_retry_delay_seconds: int = _variable(
         "BATCH_ASSETS_GPU_RETRY_DELAY_SECONDS", _p(env_int, 30, 0, 3600), "30",
         "seconds before a failed step of the GPU section (a shard, a leftover step, the assembly) is retried, in a "

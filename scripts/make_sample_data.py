@@ -207,12 +207,12 @@ def build_dialogue(turns: list[tuple[str, str]], rng: np.random.Generator) -> tu
 
 def on_channels(signal: np.ndarray, turns: list[dict], parties: tuple[str, ...], seed: int) -> np.ndarray:
     """(frames, parties): the dialogue `signal` with each party's turns on its own channel; every channel has its
-    own quiet noise floor where its party is silent. The channels summed give the dialogue (with twice the noise
-    power where no one speaks)."""
+    own quiet noise floor where its party is silent. The channels summed give the dialogue (its noise, and the other
+    channel's noise floor on top)."""
     rng = np.random.default_rng(seed)
     out = rng.normal(0.0, 0.002, size=(len(signal), len(parties))).astype(np.float32)
     for turn in turns:  # 20 ms either side: a turn's times are rounded to the millisecond
-        start, end = int((turn["start_s"] - 0.02) * SAMPLE_RATE), int((turn["end_s"] + 0.02) * SAMPLE_RATE)
+        start, end = max(0, int((turn["start_s"] - 0.02) * SAMPLE_RATE)), int((turn["end_s"] + 0.02) * SAMPLE_RATE)
         out[start:end, parties.index(turn["speaker"])] = signal[start:end]
     return out
 
@@ -237,7 +237,7 @@ def write_dialogues(dialogues: dict, audio_dir: pathlib.Path, rng: np.random.Gen
         out = audio_dir / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         if rel in CHANNEL_CALLS:
-            signal = on_channels(signal, turns_truth, CHANNEL_CALLS[rel], seed=66)
+            signal = on_channels(signal, turns_truth, CHANNEL_CALLS[rel], seed=66 + list(CHANNEL_CALLS).index(rel))
         sf.write(out, signal, SAMPLE_RATE)
         if rel in SIDECARS:
             out.with_name(out.name + ".json").write_text(json.dumps(SIDECARS[rel]) + "\n")

@@ -82,12 +82,13 @@ def test_a_channels_speech_is_its_own_not_the_other_partys_echo():
             if a.channel != b.channel:
                 assert inside((b.start_s + a.end_s) / 2, kept), (channel, a, b, kept)
     # the sample's call (each channel its party's turns over a -54 dBFS line): a channel's idle line, in the pauses
-    # where neither party speaks too, is no speech of it, whatever a VAD takes it for; every turn of its party is
+    # where neither party speaks too, is no speech of it, even where a VAD took all but its first 0.6 s for speech
+    # (the idle line's level is measured outside the VAD's regions); every turn of its party is
     call = sf.read(SAMPLE / "calls" / "2026" / "support_call.flac", dtype="float32")[0].T
     truth = json.loads((SAMPLE.parents[1] / "truth" / "2026-01-15.json").read_text())["calls/2026/support_call.flac"]
     levels = [frame_db(channel, BLEED_SMOOTH) for channel in call]
     for channel, party in enumerate(("carol", "dave")):
-        kept = own_regions([(0.0, call.shape[1] / RATE)], levels[channel], levels[1 - channel])
+        kept = own_regions([(0.6, call.shape[1] / RATE)], levels[channel], levels[1 - channel])
         own = [(t["start_s"], t["end_s"]) for t in truth["turns"] if t["speaker"] == party]
         assert len(kept) == len(own), (channel, kept, own)
         assert all(abs(s - a) < 0.15 and abs(e - b) < 0.15 for (s, e), (a, b) in zip(kept, own, strict=True)), kept

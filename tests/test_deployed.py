@@ -11,7 +11,7 @@ the run's own process (`in_process=True`, tests/deployments.py).
 
 The sample partition runs with every unit in a flight of its own and at most 135 audio seconds per shard (each
 channel of the two-channel call counted: 45 + 85 s, then 34 + 50 + 20 s), so each run has 2 shard steps of two and
-three flights (the kill cases: 75 s, 4 shard steps of one, one, one and two flights); results are compared with
+three flights (the 4-shard kill: 75 s, shard steps of one, one, one and two flights); results are compared with
 the same partition processed in one process and one shard (`flights_of_one`, conftest).
 """
 
@@ -390,7 +390,7 @@ def test_a_resumed_run_redoes_flights_whose_plan_changed(deployment, flights_of_
 
 
 @pytest.mark.parametrize("deployment", ["s3-postgres"], indirect=True)  # where redeploys happen; the fingerprint
-# check does not depend on the storage (the kills above run on both)
+# check does not depend on the storage (the local kills are the 4-shard and re-planned runs' above)
 def test_a_resume_after_the_asr_routing_changed_redoes_every_commit(deployment):
     """Issue 48: killed in its first shard, re-executed from failure after a redeploy changed the ASR routing
     (BATCH_ASSETS_ASR_MODELS). Every commit made under the old routing is redone, never mixed in: the day is

@@ -1,4 +1,6 @@
-"""Each kill switch's off path runs, and no lever changes any published column (each alone off, and all off)."""
+"""Each kill switch's off path runs, and no lever changes any published column (each alone off, and all off; a path
+switch, which changes results by design, is run off where its path is tested: `channel_reading_enabled` in
+test_channels)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ pytestmark = pytest.mark.e2e  # every test here runs the job, a server or a depl
 # test_channels)
 LEVERS = tuple(s.name for s in SWITCHES if s.kind != "path")
 EXACT = tuple(s.name for s in SWITCHES if s.kind == "exact")  # the levers that change no result
-# each exact lever alone off, but lever 3 (CUDA graphs): these sections run on CPU, where decoding is eager whatever
-# it asks, so its off path alone computes what all on does; all off takes that path (its mode recorded)
-VARIANTS = ({f"{lever}=false": {lever: False} for lever in EXACT if lever != "asr_cuda_graphs_enabled"}
+# each exact lever alone off, but those whose off path only runs the same operations at another time and place, which
+# all off takes (its tables against all on's): lever 3 (CUDA graphs: on a CPU decoding is eager whatever it asks),
+# lever 1 (prepare ahead: the same fetch and decode, in the section) and lever 6 (host overlap: the same host work,
+# under the lock); the levers that change what is computed together (batches, reuse, the shared trunk) alone each
+ALL_OFF_ONLY = ("asr_cuda_graphs_enabled", "prepare_flight_enabled", "host_overlap_enabled")
+VARIANTS = ({f"{lever}=false": {lever: False} for lever in EXACT if lever not in ALL_OFF_ONLY}
             | {"all off": {lever: False for lever in LEVERS}})
 
 
@@ -52,9 +57,8 @@ def section_run(tmp_path_factory, lock_dir, sample_run, config: dict):
 
 @pytest.fixture(scope="module")
 def variant_runs(tmp_path_factory, lock_dir, sample_run):
-    """Each variant's GPU section. Over 60 s here (the first test's setup): six in-process GPU sections of the
-    sample, each exact lever alone off (but CUDA graphs: `VARIANTS`) and all off; each off path against the same
-    tables is what is tested."""
+    """Each variant's GPU section (the first test's setup): four in-process GPU sections of the sample, three exact
+    levers alone off (`VARIANTS`) and all off; each off path against the same tables is what is tested."""
     return {name: section_run(tmp_path_factory, lock_dir, sample_run, switches)
             for name, switches in VARIANTS.items()}
 
@@ -115,7 +119,7 @@ def test_reuse_runs_the_segmentation_model_once_instead_of_twice(variant_runs, s
 
 def test_prepared_flights_stay_within_budget(variant_runs, sample_run):
     assert 0 < section_metadata(sample_run[0])["max_prepared_ahead_seconds"] <= 1800
-    assert section_metadata(variant_runs["prepare_flight_enabled=false"][0])["max_prepared_ahead_seconds"] == 0
+    assert section_metadata(variant_runs["all off"][0])["max_prepared_ahead_seconds"] == 0
 
 
 def test_cpu_runs_eager_decoding_whatever_is_requested(variant_runs, sample_run):
@@ -139,7 +143,7 @@ def test_shared_trunk_runs_one_trunk_forward_per_chunk_at_most(variant_runs, sam
 
 def test_lever_6_takes_host_work_off_the_device_path(variant_runs, sample_run):
     on = section_metadata(sample_run[0])
-    off = section_metadata(variant_runs["host_overlap_enabled=false"][0])
+    off = section_metadata(variant_runs["all off"][0])
 
     def host(meta):
         return sum(split["host"] for split in meta["stage_seconds"].values())

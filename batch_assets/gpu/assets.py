@@ -109,7 +109,7 @@ def plan_gpu_shards(context: dg.AssetExecutionContext, config: PlanConfig, stora
             flights = read_planned_flights(storage, partition, manifest, chosen)
             shards = shards_of(flights, config.shard_audio_seconds)
             context.log.info(f"{partition}: {len(flights)} flights in {len(shards)} shard(s) of at most "
-                             f"{config.shard_audio_seconds:.0f} audio seconds")
+                             f"{config.shard_audio_seconds:.0f} audio seconds (each channel's counted)")
             for spec in shard_specs(partition, shards, flights, chosen):
                 yield dg.DynamicOutput(spec, mapping_key=shard_mapping_key(partition, spec.shard))
 

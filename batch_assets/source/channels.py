@@ -17,7 +17,7 @@ The figure (`ChannelReading.lead`: the smaller channel's share) is kept on the u
 channel's speech is what VAD finds on it less where another channel is `LEAD_DB` louder (`own_regions`, levels
 averaged over 200 ms): a party's echo or bleed on the other party's channel (line echo, a headset) is not that
 channel's speech, while overlapping speech, each party loud on its own channel, stays on both; nor is a stretch less
-than `QUIET_DB` above the channel's own noise floor (a VAD false alarm on a line's idle noise). Nothing here imports
+than `QUIET_DB` above the channel's idle line (`idle_level`: a VAD false alarm on line noise). Nothing here imports
 a model.
 """
 
@@ -37,8 +37,7 @@ LEAD_DB = 10.0
 LEAD_SHARE = 0.1
 MIN_SOUND_FRAMES = 25  # half a second of sound: less says nothing, mixed
 BLEED_SMOOTH = 10  # frames (200 ms) a channel's level is averaged over to tell its own speech from the other's echo
-QUIET_DB = 10.0  # a channel's speech is at least this far above its noise floor (its quietest `FLOOR_SHARE` of frames)
-FLOOR_SHARE = 5.0  # percent
+QUIET_DB = 10.0  # a channel's speech is this far above its idle line at least (`idle_level`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +71,10 @@ def own_regions(regions: list[tuple[float, float]], own_db: np.ndarray, other_db
                 shortest_s: float = 0.1) -> list[tuple[float, float]]:
     """A channel's speech `regions` without the stretches another channel is `LEAD_DB` louder over (its party's
     echo or bleed: a channel's own speech, never quieter than the other side's) and those less than `QUIET_DB` above
-    the channel's own noise floor (a VAD false alarm on the line's idle noise while the other party talks), pieces
-    shorter than `shortest_s` dropped. `own_db`, `other_db`: the channels' smoothed frame levels (`frame_db`)."""
+    the channel's idle line (a VAD false alarm on line noise), pieces shorter than `shortest_s` dropped. `own_db`,
+    `other_db`: the channels' smoothed frame levels (`frame_db`)."""
     n = min(len(own_db), len(other_db))
-    floor = float(np.percentile(own_db[:n], FLOOR_SHARE)) if n else 0.0
-    own = (other_db[:n] - own_db[:n] < LEAD_DB) & (own_db[:n] >= floor + QUIET_DB)
+    own = (other_db[:n] - own_db[:n] < LEAD_DB) & (own_db[:n] >= idle_level(regions, own_db[:n]) + QUIET_DB)
     step, kept = FRAME / 16_000, []
     for start, end in regions:
         first, last = int(start / step), min(int(np.ceil(end / step)), len(own))
@@ -86,6 +84,16 @@ def own_regions(regions: list[tuple[float, float]], own_db: np.ndarray, other_db
             if piece[1] - piece[0] >= shortest_s:
                 kept.append(piece)
     return kept
+
+
+def idle_level(regions: list[tuple[float, float]], levels: np.ndarray) -> float:
+    """A channel's idle line: the median level of its frames outside its VAD `regions` and above `FLOOR_DB` (digital
+    silence is no line); -inf (no rule) with less than `MIN_SOUND_FRAMES` of them (a channel all speech)."""
+    idle = np.ones(len(levels), dtype=bool)
+    for start, end in regions:
+        idle[int(start * 16_000 / FRAME) : int(np.ceil(end * 16_000 / FRAME))] = False
+    idle &= levels > FLOOR_DB
+    return float(np.median(levels[idle])) if int(idle.sum()) >= MIN_SOUND_FRAMES else -np.inf
 
 
 def lead_share(channels: np.ndarray) -> float:

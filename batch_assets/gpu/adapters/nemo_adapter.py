@@ -1,17 +1,14 @@
 """NeMo's private reaches in one place: the NVRTC compile-log buffer of its CUDA-graph decoders, the token durations
 and state rows of its TDT label-looping decoder, and its per-feature normalization's padded sums.
 
-1. NVRTC log. NeMo 3.0.0's `run_nvrtc` (`nemo/core/utils/cuda_python_utils.py`), which the TDT and RNNT
-label-looping decoders (and the CTC and beam decoders) call to build their CUDA-graph kernels, hands NVRTC
-`b" " * size` to write the compile log into. An empty log has size 1, and `b" " * 1` is CPython's shared one-byte
-`b" "`: NVRTC writes its terminating NUL into it, and from then on every `b" " * n` in the process (numpy pads
-`.npy` headers with it) is NULs. Every `.npy` saved after the first graph build is then unreadable. It shows
-wherever modules run compiled from source (no `.pyc`: `PYTHONDONTWRITEBYTECODE`, `pip --no-compile`, read-only
-site-packages), as on the first H200 run (issue 46). `install_nvrtc_fix()` replaces `run_nvrtc` with `_run_nvrtc`,
-the same calls with buffers of their own (never one byte, so never a shared object), in `cuda_python_utils` and in
-every loaded NeMo module that imported it by name (`NVRTC_IMPORTERS`; later importers get it from
-`cuda_python_utils`). Whatever happens here, `faults.check_interpreter` catches a damaged `b" "` before anything
-is committed.
+1. NVRTC log. NeMo 3.0.0's `run_nvrtc` (`nemo/core/utils/cuda_python_utils.py`), which its decoders call to build
+their CUDA-graph kernels, hands NVRTC `b" " * size` for the compile log. An empty log has size 1, and `b" " * 1` is
+CPython's shared one-byte `b" "`: NVRTC writes its NUL into it, and from then on every `b" " * n` in the process
+(numpy's `.npy` header padding) is NULs, so every `.npy` saved after the first graph build is unreadable (wherever
+modules run compiled from source: `PYTHONDONTWRITEBYTECODE`, `pip --no-compile`, read-only site-packages; the first
+H200 run, issue 46). `install_nvrtc_fix()` replaces it with `_run_nvrtc` (buffers of its own, never one byte) in
+`cuda_python_utils` and every loaded NeMo module that imported it by name (`NVRTC_IMPORTERS`; later importers get
+it from there). Whatever happens here, `faults.check_interpreter` catches a damaged `b" "` before a commit.
 
 2. Batch invariance (issue 56): a segment's words must not depend on which segments share its ASR batch. Two
 NeMo 3.0.0 functions made them depend on it, measured on the builtin and production-shaped models:
@@ -23,12 +20,12 @@ NeMo 3.0.0 functions made them depend on it, measured on the builtin and product
   mode (`_stateful_torch_impl`), so every decoder mode decodes with the same steps. That state (and the graphs
   captured for it) grows only with the largest batch the process has seen; in every mode it now has as many rows as
   the ASR batch size (`decoder_rows`, `_sized_cuda_graphs_impl`): a short last batch, and whatever ran before, do
-  not change the row count of the decoder's GEMMs (graphs are recaptured when the batch size changes).
+  not change the row count of the decoder's GEMMs (graphs are recaptured only when the rows or the frames grow).
 - `normalize_batch` (the preprocessor's `per_feature` normalization) sums each row's frames over the batch's padded
   length, zeros included, so the reduction, and a feature's last bits, change with the longest companion: a word's
   score moved in its fourth decimal. `_per_row_normalize_batch` reduces each row over a contiguous copy of its own
   frames. Given equal features the encoder's rows are bitwise equal whatever the batch (measured on CPU).
-`install_batch_invariance()` installs both, once per process (`gpu/asr/transcribe.py` calls it before each batch).
+`install_batch_invariance()` installs the three, once per process (`gpu/asr/transcribe.py` calls it first).
 
 Each replaces only the function it was written against (the `NEMO_*_SHA256` of their sources); any other, or a
 source that cannot be read (NeMo installed without its `.py` files), leaves NeMo as it is and says so (a
@@ -58,8 +55,7 @@ NEMO_TDT_CUDA_GRAPHS_IMPL_SHA256 = "6b455e8502d790954d9f2aa312fa9a8657c7d29570e6
 FEATURES_MODULE = "nemo.collections.asr.parts.preprocessing.features"
 # sha256 of `inspect.getsource(normalize_batch)` in NeMo 3.0.0: its per_feature statistics reduce over the padded length
 NEMO_NORMALIZE_BATCH_SHA256 = "0d97645b6e6b6e22c276a21d24b834297b9214d6e4abada770697aa750f0a152"
-# NeMo 3.0.0's modules that `from nemo.core.utils.cuda_python_utils import ... run_nvrtc`
-NVRTC_IMPORTERS = (
+NVRTC_IMPORTERS = (  # NeMo 3.0.0's modules that `from nemo.core.utils.cuda_python_utils import ... run_nvrtc`
     "nemo.collections.asr.parts.submodules.ctc_batched_beam_decoding",
     "nemo.collections.asr.parts.submodules.ctc_greedy_decoding",
     "nemo.collections.asr.parts.submodules.cuda_graph_rnnt_greedy_decoding",
@@ -177,10 +173,15 @@ def _sized_cuda_graphs_impl(self, encoder_output, encoder_output_length, prev_ba
         self.separate_graphs is None)
     if (state is None or uncaptured or state.batch_size != rows or state.max_time < encoder_output.shape[1]
             or state.device != encoder_output.device):
-        width = self.joint.project_encoder(encoder_output[:1, :1]).shape[-1]
-        dtype = next(self.joint.parameters()).dtype
-        self._graph_reinitialize(torch.zeros((rows, encoder_output.shape[1], width), dtype=dtype,
-                                             device=encoder_output.device))
+        width, dtype = self.joint.project_encoder(encoder_output[:1, :1]).shape[-1], next(self.joint.parameters()).dtype
+        try:
+            self._graph_reinitialize(torch.zeros((rows, encoder_output.shape[1], width), dtype=dtype,
+                                                 device=encoder_output.device))
+        except BaseException:
+            self.reset_cuda_graphs_state()  # a capture cut short (out of memory): never replayed by the next call
+            raise
+        if self.cuda_graphs_mode is self.CudaGraphsMode.NO_GRAPHS:  # graphs of the state just replaced: gone
+            self.full_graph = self.separate_graphs = None
     return self._nemo_cuda_graphs_impl(encoder_output=encoder_output, encoder_output_length=encoder_output_length,
                                        prev_batched_state=prev_batched_state, multi_biasing_ids=multi_biasing_ids)
 
@@ -199,7 +200,8 @@ def _stateful_torch_impl(self, encoder_output, encoder_output_length, prev_batch
 
 
 def nemo_tdt_computer():
-    """NeMo's TDT label-looping computer class, checked to be the one the two replacements were written for."""
+    """NeMo's TDT label-looping computer class, checked to be the one `_stateful_torch_impl` and
+    `_sized_cuda_graphs_impl` were written for."""
     try:
         computer = getattr(importlib.import_module(TDT_MODULE), TDT_COMPUTER)
         original = computer.__dict__.get("_nemo_torch_impl", computer.torch_impl)
@@ -207,8 +209,8 @@ def nemo_tdt_computer():
         computer.CudaGraphsMode.NO_GRAPHS, computer._graph_reinitialize  # noqa: B018 (what the fix runs)
     except (ImportError, AttributeError) as error:
         raise NemoChanged(f"{TDT_MODULE}.{TDT_COMPUTER} is not as in NeMo {NEMO_VERSION} ({error}): check whether its "
-                          "torch_impl still overwrites a finished hypothesis's duration and update "
-                          "batch_assets/gpu/adapters/nemo_adapter.py") from None
+                          "torch_impl still overwrites a finished hypothesis's duration and its state still grows "
+                          "only, and update batch_assets/gpu/adapters/nemo_adapter.py") from None
     _require_source(original, f"{TDT_COMPUTER}.torch_impl", NEMO_TDT_TORCH_IMPL_SHA256,
                     "its inner loop still overwrites `durations` for the whole batch")
     _require_source(graphs, f"{TDT_COMPUTER}.cuda_graphs_impl", NEMO_TDT_CUDA_GRAPHS_IMPL_SHA256,
@@ -217,9 +219,8 @@ def nemo_tdt_computer():
 
 
 def _per_row_normalize_batch(x, seq_len, normalize_type):
-    """NeMo's `normalize_batch` with its `per_feature` statistics reduced over each row's own frames (a contiguous
-    copy of them), never over the batch's padded length, so a row's bits do not depend on how long its companions
-    are; the other types are NeMo's."""
+    """NeMo's `normalize_batch`, its `per_feature` statistics reduced over a contiguous copy of each row's own frames,
+    never over the batch's padded length (a row's bits whatever its companions' lengths); the other types NeMo's."""
     import torch
 
     if normalize_type != "per_feature":
@@ -273,9 +274,8 @@ def absent_fixes() -> tuple[str, ...]:
 
 
 def install_batch_invariance() -> list[str]:
-    """Once per process: the TDT decoder's `torch_impl` becomes NeMo's stateful implementation in `no_graphs` mode and
-    its state is sized by `decoder_rows` in every mode (every instance, built or rebuilt), and the preprocessor's
-    `normalize_batch` is the per-row one. Returns what this call installed (none when tried before); a NeMo function
+    """Once per process: the TDT decoder's `torch_impl` and `cuda_graphs_impl` (every instance) and the preprocessor's
+    `normalize_batch` replaced (above). Returns what this call installed (none when tried before); a NeMo function
     that is not the known one is left as it is, with a warning."""
     if _INVARIANCE_TRIED:
         return []
@@ -287,7 +287,7 @@ def install_batch_invariance() -> list[str]:
         computer.torch_impl, computer.cuda_graphs_impl = _stateful_torch_impl, _sized_cuda_graphs_impl
         installed.append("tdt token durations")
     except NemoChanged as error:
-        _log.warning("TDT duration fix not installed, batch companions may move word ends: %s", error)
+        _log.warning("TDT decoder fix not installed, batch companions may move word ends and scores: %s", error)
         _ABSENT.append("tdt token durations")
     try:
         module, original = nemo_normalize_batch()

@@ -104,7 +104,7 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
         out.append(PlannedFlight(row["flight_id"], float(row["audio_s"]), int(row["num_units"]), digest,
                                  tuple(sorted(windowed.get(row["flight_id"], ()))),
-                                 round(heard.get(row["flight_id"], float(row["audio_s"])), 3)))
+                                 heard.get(row["flight_id"], float(row["audio_s"]))))
     return out
 
 

@@ -56,7 +56,8 @@ class ExactLeverConfig(dg.Config):
 class LeverConfig(ResultSwitchConfig, ExactLeverConfig):  # fields in the registry's order: the exact ones first
     """The speed levers, each a kill switch (`batch_assets/switches.py`; env defaults read at load)."""
 
-    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S, description="Most audio seconds prepared ahead")
+    decode_budget_seconds: float = Field(default=DECODE_BUDGET_S,
+                                         description="Most audio seconds prepared ahead (each channel's counted)")
     prepare_workers: int = Field(default=2, ge=1, description="Flights prepared concurrently (within the budget "
                                  "ahead; with prepare_flight_enabled)")
     fetch_workers: int = Field(default=8, ge=1, description="A flight's units read from storage concurrently (with "
@@ -202,7 +203,8 @@ class ListConfig(ResultSwitchConfig, HintsConfig, LanguageConfig, ChannelConfig)
     units: list[str] = units_field()
     shard_audio_seconds: float = Field(
         default=SHARD_AUDIO_SECONDS, gt=0,
-        description="Most audio seconds per GPU step (shard); env default BATCH_ASSETS_SHARD_AUDIO_SECONDS (90000)",
+        description="Most audio seconds per GPU step (shard), each channel's counted for a unit with several; env "
+                    "default BATCH_ASSETS_SHARD_AUDIO_SECONDS (90000)",
     )
 
 
