@@ -24,6 +24,15 @@ class PlannedUnit:
     duration_s: float
 
 
+def several_channels(manifest) -> dict[str, int]:
+    """The units of a manifest (polars) whose objects have several channels, with the count: where the work is
+    weighed (flights here, shards and the prepare-ahead budget: `gpu/steps/resume.py`), each channel's seconds count
+    (a manifest written before the column: none)."""
+    if "channels" not in manifest.columns:
+        return {}
+    return {uid: int(n) for uid, n in zip(manifest["unit_id"], manifest["channels"], strict=True) if n and n > 1}
+
+
 def plan_flights(
     units: list[tuple[str, float]],
     budget_s: float = DECODE_BUDGET_S,

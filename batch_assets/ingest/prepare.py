@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from batch_assets.ingest.flights import PlannedUnit, plan_flights
+from batch_assets.ingest.flights import PlannedUnit, plan_flights, several_channels
 from batch_assets.long_units.windows import WindowSpec, planned_windows
 from batch_assets.schema.results import ResultClass
 from batch_assets.source.decode import TARGET_SAMPLE_RATE
@@ -73,9 +73,8 @@ def prepare_flights(
                  else [False] * ok.height)
     durations = [d * ESTIMATE_MARGIN if e else d for d, e in zip(ok["duration_s"], estimated, strict=True)]
     windowed = frozenset(uid for uid, d in zip(ok["unit_id"], durations, strict=True) if windows.windowed(d))
-    channels = ok["channels"] if "channels" in ok.columns else [1] * ok.height
-    several = {uid: n for uid, n in zip(ok["unit_id"], channels, strict=True)
-               if n and n > 1 and uid not in windowed}  # a windowed unit flies alone whatever it counts
+    several = {uid: n for uid, n in several_channels(ok).items()
+               if uid not in windowed}  # a windowed unit flies alone whatever it counts
     plan = plan_flights(list(zip(ok["unit_id"], durations, strict=True)), budget_s, max_units, windowed, several)
     by_flight: dict[str, list[PlannedUnit]] = {}
     for planned in plan:

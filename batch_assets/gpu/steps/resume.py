@@ -36,6 +36,7 @@ import polars as pl
 
 from batch_assets.gpu.steps.shard_values import ShardSpec
 from batch_assets.gpu.steps.shards import plan_shards
+from batch_assets.ingest.flights import several_channels
 from batch_assets.schema.results import ResultClass
 from batch_assets.source.decode import TARGET_SAMPLE_RATE
 from batch_assets.source.identity import identity_columns
@@ -75,8 +76,7 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
     checksums = {uid: None if identity is None else identity.token()
                  for uid, identity in zip(manifest["unit_id"], identity_columns(manifest), strict=True)}
     chosen = None if units is None else set(units)
-    channels = dict(zip(manifest["unit_id"], manifest["channels"], strict=True)) if "channels" in manifest.columns \
-        else {}
+    channels = several_channels(manifest)
     heard: dict[str, float] = {}
     by_flight: dict[str, list[list]] = {}
     windowed: dict[str, set[str]] = {}
@@ -90,8 +90,8 @@ def planned_flights(manifest: pl.DataFrame, plan: pl.DataFrame, flights: pl.Data
         if inputs is not None:
             part.append(inputs.get(row["unit_id"]))
         by_flight.setdefault(row["flight_id"], []).append(part)
-        heard[row["flight_id"]] = heard.get(row["flight_id"], 0.0) + row["num_samples"] / TARGET_SAMPLE_RATE * max(
-            1, channels.get(row["unit_id"]) or 1)
+        heard[row["flight_id"]] = (heard.get(row["flight_id"], 0.0)
+                                   + row["num_samples"] / TARGET_SAMPLE_RATE * channels.get(row["unit_id"], 1))
         if chosen is None or (row["unit_id"] in chosen and row["result_class"] == str(ResultClass.OK)):
             wanted.add(row["flight_id"])
     out = []
